@@ -1,0 +1,154 @@
+"""Recipe -> an ordered list of datatrove jobs (segments and whole-corpus phases).
+
+A recipe is linear, but dedup-like stages need every document before deciding. Such a stage returns a
+``Barrier``; the compiler cuts the pipeline there: the segment so far ends with an intermediate
+writer, the barrier's phases run as their own jobs, and the next segment starts by re-reading the
+intermediate files. Each job remembers which recipe stage every step came from, for the stats.
+"""
+
+from __future__ import annotations
+
+import glob as _glob
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from datatrove.pipeline.base import PipelineStep
+
+from cuvee.pipeline.recipe import Recipe
+from cuvee.pipeline.registry import Barrier, BuildContext, get_stage
+from cuvee.pipeline.writers import exclusion_writer, intermediate_reader, intermediate_writer, output_writer
+
+# step roles, for accounting
+READER, STAGE, INTERNAL, SUMMARY, WRITER = "reader", "stage", "internal", "summary", "writer"
+
+
+@dataclass
+class Job:
+    name: str  # seg00, seg01, phase name ...
+    kind: str  # "segment" | "phase"
+    pipeline: list
+    labels: list[tuple[str, str]]  # (role, stage label) per step
+    tasks: int
+    workers: int | None = None
+    logging_dir: Path = field(default_factory=Path)
+
+
+def split_input_path(path: str) -> tuple[str, str | None]:
+    """'data/*.warc.gz' -> ('data', '*.warc.gz'); a file -> (its folder, its name); a folder -> (folder, None)."""
+    if "://" not in path and not any(ch in path for ch in "*?["):
+        if os.path.isdir(path):
+            return path, None
+        return os.path.dirname(path) or ".", os.path.basename(path)
+    # glob or URL: the folder is everything before the first component with a wildcard
+    head, parts = [], path.split("/")
+    for i, part in enumerate(parts):
+        if any(ch in part for ch in "*?["):
+            return "/".join(head) or ".", "/".join(parts[i:])
+        head.append(part)
+    return path, None
+
+
+def check_inputs(recipe: Recipe) -> None:
+    """Fail before any work starts when a local input path matches nothing."""
+    from cuvee.pipeline.recipe import RecipeError
+
+    for p in recipe.input.paths:
+        if "://" in p:
+            continue
+        if any(ch in p for ch in "*?["):
+            if not _glob.glob(p, recursive=True):
+                raise RecipeError(f"input.paths: {p!r} matches no file")
+        elif not os.path.exists(p):
+            raise RecipeError(f"input.paths: {p!r} does not exist")
+
+
+def _reader_steps(recipe: Recipe) -> list:
+    inp = recipe.input
+    if inp.format in ("jsonl", "parquet"):
+        from datatrove.pipeline.readers import JsonlReader, ParquetReader
+
+        cls = JsonlReader if inp.format == "jsonl" else ParquetReader
+        steps = []
+        for p in inp.paths:
+            folder, pattern = split_input_path(p)
+            steps.append(cls(folder, glob_pattern=pattern, limit=inp.limit, recursive=True))
+        return steps
+    from cuvee.pipeline.readers import make_reader
+
+    return [
+        make_reader(*split_input_path(p), fmt=inp.format, limit=inp.limit, max_record_bytes=inp.max_record_bytes)
+        for p in inp.paths
+    ]
+
+
+class OutputSummary(PipelineStep):
+    """Counts what reaches the writer: documents, characters and the language / routing histogram."""
+
+    name = "📊 output summary"
+    type = "📊 - STATS"
+
+    def __init__(self, route_key: str | None):
+        super().__init__()
+        self.route_key = route_key
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        for doc in data:
+            self.stat_update("total")
+            self.stat_update("chars", value=len(doc.text))
+            if lang := doc.metadata.get("language"):
+                self.stat_update(f"lang_{lang}")
+            if self.route_key and self.route_key != "language":
+                self.stat_update(f"route_{doc.metadata.get(self.route_key)}")
+            yield doc
+
+
+def compile_recipe(recipe: Recipe, run_dir: Path | None = None) -> list[Job]:
+    run_dir = Path(run_dir or recipe.resolved_run_dir())
+    work_dir = run_dir / "work"
+    logs = Path(recipe.logging_dir) if recipe.logging_dir else run_dir / "logs"
+    tasks = recipe.executor.tasks
+    workers = recipe.executor.workers
+
+    jobs: list[Job] = []
+    seg = 0
+    pipeline: list = _reader_steps(recipe)
+    labels: list[tuple[str, str]] = [(READER, "reader")] * len(pipeline)
+
+    def close_segment() -> None:
+        jobs.append(Job(f"seg{seg:02d}", "segment", pipeline, labels, tasks, workers, logs / f"seg{seg:02d}"))
+
+    for i, entry in enumerate(recipe.stage_entries):
+        spec = get_stage(entry.name)
+        label = f"{i:02d}.{entry.name}"
+        ctx = BuildContext(run_dir=run_dir, work_dir=work_dir, tasks=tasks, stage_index=i, stage_name=entry.name,
+                           recipe_name=recipe.name)
+        built = spec.build(entry.params, ctx)
+        if recipe.output.exclusions:
+            for step in built.after if isinstance(built, Barrier) else built:
+                if hasattr(step, "exclusion_writer") and step.exclusion_writer is None:
+                    step.exclusion_writer = exclusion_writer(str(run_dir / "excluded" / label))
+        if isinstance(built, Barrier):
+            pipeline.extend(built.before)
+            labels.extend([(STAGE, label)] * len(built.before))
+            inter = work_dir / f"seg{seg:02d}"
+            pipeline.append(intermediate_writer(inter))
+            labels.append((INTERNAL, f"seg{seg:02d}.writer"))
+            close_segment()
+            for ph in built.phases:
+                jobs.append(Job(f"{label}.{ph.name}", "phase", ph.pipeline, [(STAGE, label)] * len(ph.pipeline),
+                                ph.tasks, ph.workers, logs / f"{label}.{ph.name}"))
+            seg += 1
+            pipeline = [intermediate_reader(inter)] + list(built.after)
+            labels = [(INTERNAL, f"seg{seg:02d}.reader")] + [(STAGE, label)] * len(built.after)
+        else:
+            pipeline.extend(built)
+            labels.extend([(STAGE, label)] * len(built))
+
+    pipeline.append(OutputSummary(recipe.output.route_by))
+    labels.append((SUMMARY, "output"))
+    pipeline.append(output_writer(recipe.output.path or str(run_dir / "output"), recipe.output.format,
+                                  recipe.output.route_by))
+    labels.append((WRITER, "writer"))
+    close_segment()
+    return jobs

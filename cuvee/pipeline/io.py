@@ -1,0 +1,72 @@
+"""Reading cuvee / datatrove outputs back (Parquet or JSONL) for the mixer, classifiers and cards."""
+
+from __future__ import annotations
+
+import glob as _glob
+import gzip
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from datatrove.data import Document
+
+DOC_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz")
+
+
+def expand_paths(paths: str | Iterable[str]) -> list[str]:
+    """Files from files, folders (recursive) and globs, sorted for determinism; missing paths are errors."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [str(paths)]
+    out: list[str] = []
+    for p in paths:
+        p = str(p)
+        if any(ch in p for ch in "*?["):
+            matches = sorted(_glob.glob(p, recursive=True))
+        elif os.path.isdir(p):
+            matches = sorted(str(f) for f in Path(p).rglob("*") if f.is_file() and str(f).endswith(DOC_SUFFIXES))
+        elif os.path.exists(p):
+            matches = [p]
+        else:
+            raise FileNotFoundError(f"no such file or folder: {p}")
+        if not matches:
+            raise FileNotFoundError(f"no document files match {p}")
+        out.extend(matches)
+    return out
+
+
+def _doc_from_row(row: dict, source: str, i: int) -> Document:
+    meta = row.get("metadata") or {}
+    if isinstance(meta, str):
+        meta = json.loads(meta)
+    extra = {k: v for k, v in row.items() if k not in ("text", "id", "metadata", "media") and v is not None}
+    meta = {**extra, **meta}
+    return Document(text=row.get("text") or "", id=str(row.get("id") or f"{source}/{i}"), metadata=meta)
+
+
+def iter_documents(paths: str | Iterable[str], columns: list[str] | None = None) -> Iterator[Document]:
+    """Yield Documents from Parquet/JSONL files, folders or globs, in a deterministic order."""
+    for path in expand_paths(paths):
+        if path.endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            pf = pq.ParquetFile(path)
+            i = 0
+            for batch in pf.iter_batches(batch_size=1024, columns=columns):
+                for row in batch.to_pylist():
+                    yield _doc_from_row(row, path, i)
+                    i += 1
+        else:
+            opener = gzip.open if path.endswith(".gz") else open
+            if path.endswith(".zst"):
+                import zstandard
+
+                def opener(p, mode):  # noqa: E306
+                    import io
+
+                    return io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(open(p, "rb")), encoding="utf-8")
+
+            with opener(path, "rt") as f:
+                for i, line in enumerate(f):
+                    if line.strip():
+                        yield _doc_from_row(json.loads(line), path, i)

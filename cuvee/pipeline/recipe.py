@@ -1,0 +1,196 @@
+"""Recipe YAML: a declarative pipeline, validated completely before any work starts.
+
+A recipe names its input, an ordered list of stages (each ``{stage: NAME, **params}``), its output
+and an executor. Every section is a pydantic model with ``extra="forbid"``; stage parameters are
+validated by the model the stage registered. Errors name the file, the key path and what was wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from cuvee.pipeline.registry import StageParams, get_stage
+
+
+class RecipeError(ValueError):
+    """A recipe that cannot run; the message says where and why."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class InputConfig(_Strict):
+    paths: list[str] = Field(min_length=1, description="files, folders, globs or fsspec URLs")
+    format: Literal["auto", "warc", "arc", "wet", "jsonl", "parquet"] = "auto"
+    limit: int = Field(-1, ge=-1, description="max records per task, -1 = all (for quick looks)")
+    max_record_bytes: int = Field(10_000_000, gt=0, description="records larger than this are skipped and counted")
+
+    @field_validator("paths", mode="before")
+    @classmethod
+    def _one_path(cls, v):
+        return [v] if isinstance(v, str) else v
+
+
+class OutputConfig(_Strict):
+    path: str | None = Field(None, description="default: <run_dir>/output")
+    format: Literal["parquet", "jsonl"] = "parquet"
+    route_by: str | None = Field(None, description="metadata key to route documents by, e.g. 'language'")
+    exclusions: bool = Field(False, description="also write dropped documents per stage, for inspection")
+
+
+class LocalExecutorConfig(_Strict):
+    kind: Literal["local"] = "local"
+    tasks: int = Field(2, ge=1)
+    workers: int = Field(-1, ge=-1, description="-1 = as many as tasks")
+
+
+class SlurmExecutorConfig(_Strict):
+    kind: Literal["slurm"]
+    tasks: int = Field(ge=1)
+    partition: str
+    time: str = "04:00:00"
+    cpus_per_task: int = Field(1, ge=1)
+    mem_per_cpu_gb: float = Field(2, gt=0)
+    workers: int = Field(-1, ge=-1, description="array concurrency, -1 = unlimited")
+    job_name: str | None = None
+    qos: str | None = None
+    sbatch_args: dict[str, str] = Field(default_factory=dict)
+    env_command: str | None = Field(None, description="shell line run before each task, e.g. 'source .venv/bin/activate'")
+
+
+class RayExecutorConfig(_Strict):
+    kind: Literal["ray"]
+    tasks: int = Field(ge=1)
+    workers: int = Field(-1, ge=-1)
+    cpus_per_task: int = Field(1, ge=1)
+    mem_per_cpu_gb: float = Field(2, gt=0)
+
+
+ExecutorConfig = LocalExecutorConfig | SlurmExecutorConfig | RayExecutorConfig
+
+
+class StageEntry(BaseModel):
+    """One validated stage: its registered name and its parameter model instance."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+    name: str
+    params: StageParams
+
+
+class Recipe(_Strict):
+    name: str
+    run_dir: str | None = Field(None, description="stats, logs and scratch; default runs/<name>")
+    input: InputConfig
+    stages: list[dict[str, Any]] = Field(default_factory=list)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+    executor: ExecutorConfig = Field(default_factory=LocalExecutorConfig, discriminator="kind")
+    logging_dir: str | None = Field(None, description="datatrove logs; default <run_dir>/logs")
+
+    # filled by load_recipe after per-stage validation
+    _stages: list[StageEntry] = []
+    _source: str = ""
+
+    @property
+    def stage_entries(self) -> list[StageEntry]:
+        return self._stages
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    def resolved_run_dir(self) -> Path:
+        return Path(self.run_dir or f"runs/{self.name}")
+
+    def resolved_output(self) -> str:
+        return self.output.path or str(self.resolved_run_dir() / "output")
+
+    def resolved_logging_dir(self) -> Path:
+        return Path(self.logging_dir) if self.logging_dir else self.resolved_run_dir() / "logs"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.model_dump(mode="json")
+        d["stages"] = [{"stage": s.name, **s.params.model_dump(mode="json")} for s in self._stages]
+        return d
+
+    def sha256(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def _fmt_loc(loc: tuple) -> str:
+    return ".".join(str(x) for x in loc) if loc else "(top level)"
+
+
+def _errors(e: ValidationError, prefix: str, where: str) -> str:
+    lines = []
+    for err in e.errors():
+        loc = _fmt_loc(err["loc"])
+        key = f"{prefix}.{loc}" if prefix else loc
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        lines.append(f"{where}: {key}: {msg}" + (f" (got {err['input']!r})" if err["type"] != "missing" and not isinstance(err.get("input"), dict) else ""))
+    return "\n".join(lines)
+
+
+def parse_recipe(data: Any, where: str = "<recipe>") -> Recipe:
+    """Validate a recipe mapping (already parsed YAML); raise RecipeError listing every problem."""
+    if not isinstance(data, dict):
+        raise RecipeError(f"{where}: a recipe must be a mapping, got {type(data).__name__}")
+    problems: list[str] = []
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as e:
+        raise RecipeError(_errors(e, "", where)) from None
+
+    entries: list[StageEntry] = []
+    for i, raw in enumerate(recipe.stages):
+        key = f"stages[{i}]"
+        if not isinstance(raw, dict) or "stage" not in raw:
+            problems.append(f"{where}: {key}: each stage is a mapping with a 'stage' key naming it, got {raw!r}")
+            continue
+        name = raw["stage"]
+        try:
+            spec = get_stage(name)
+        except KeyError:
+            from cuvee.pipeline.registry import all_stages
+
+            known = ", ".join(all_stages())
+            problems.append(f"{where}: {key}.stage: unknown stage {name!r}; known stages: {known}")
+            continue
+        params = {k: v for k, v in raw.items() if k != "stage"}
+        try:
+            entries.append(StageEntry(name=name, params=spec.params.model_validate(params)))
+        except ValidationError as e:
+            problems.append(_errors(e, f"{key}({name})", where))
+    if problems:
+        raise RecipeError("\n".join(problems))
+    recipe._stages = entries
+    return recipe
+
+
+def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Recipe:
+    """Read and validate a recipe file. ``overrides`` are dotted keys, e.g. {"executor.tasks": 4}."""
+    path = Path(path)
+    if not path.exists():
+        raise RecipeError(f"{path}: no such recipe file")
+    try:
+        text = path.read_text()
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise RecipeError(f"{path}: not valid YAML: {e}") from None
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, last = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    recipe = parse_recipe(data, str(path))
+    recipe._source = text
+    return recipe

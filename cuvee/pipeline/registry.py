@@ -1,0 +1,126 @@
+"""Stage registry: recipe names -> validated parameters -> datatrove pipeline steps.
+
+A recipe names stages by string; each stage module registers a builder with a pydantic parameter
+model (``extra="forbid"``), so an unknown key or a bad value fails while the recipe is validated,
+before any work starts.
+
+Stage modules are discovered by importing every module under ``STAGE_PACKAGES``; a module joins the
+registry simply by calling :func:`register_stage` at import time. Keep heavy imports (torch,
+transformers, fasttext) inside the builders or the steps so that validating a recipe stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict
+
+STAGE_PACKAGES = ("cuvee.pipeline.stages", "cuvee.filters", "cuvee.dedup", "cuvee.classifiers")
+
+
+class StageParams(BaseModel):
+    """Base for every stage's parameters: unknown keys are errors, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass
+class BuildContext:
+    """What a builder may need beyond its own parameters."""
+
+    run_dir: Path
+    work_dir: Path  # scratch space owned by this run (intermediate shards, dedup indexes)
+    tasks: int
+    stage_index: int
+    stage_name: str
+    recipe_name: str = "recipe"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def stage_dir(self, sub: str = "") -> Path:
+        """A per-stage folder under work_dir, e.g. for a MinHash index."""
+        p = self.work_dir / f"{self.stage_index:02d}_{self.stage_name}"
+        return p / sub if sub else p
+
+
+@dataclass
+class Phase:
+    """A whole-corpus pass between two segments (e.g. MinHash buckets, clustering)."""
+
+    name: str
+    pipeline: list  # list[PipelineStep]
+    tasks: int = 1
+    workers: int | None = None
+
+
+@dataclass
+class Barrier:
+    """Returned by builders of stages that must see every document before deciding (dedup).
+
+    The compiler ends the current segment with ``before`` plus an intermediate writer, runs each
+    ``phases`` executor in order (chained with datatrove's ``depends``), then starts the next segment
+    by re-reading the intermediate shards (one file per task, same rank) followed by ``after``.
+    Steps in ``before`` must yield every document they receive, in order.
+    """
+
+    before: list = field(default_factory=list)
+    phases: list[Phase] = field(default_factory=list)
+    after: list = field(default_factory=list)
+
+
+Builder = Callable[[Any, BuildContext], "list | Barrier"]
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    name: str
+    params: type[StageParams]
+    build: Builder
+    doc: str
+
+
+_STAGES: dict[str, StageSpec] = {}
+_loaded = False
+
+
+def register_stage(name: str, params: type[StageParams]):
+    """Decorator: ``@register_stage("gopher_quality", GopherQualityParams)`` on a builder function."""
+
+    def deco(fn: Builder) -> Builder:
+        if name in _STAGES and _STAGES[name].build is not fn:
+            raise ValueError(f"stage {name!r} registered twice ({_STAGES[name].build.__module__} and {fn.__module__})")
+        _STAGES[name] = StageSpec(name, params, fn, (fn.__doc__ or "").strip())
+        return fn
+
+    return deco
+
+
+def _load_all() -> None:
+    global _loaded
+    if _loaded:
+        return
+    for pkg_name in STAGE_PACKAGES:
+        try:
+            pkg = importlib.import_module(pkg_name)
+        except ModuleNotFoundError as e:
+            if e.name == pkg_name:
+                continue
+            raise
+        for mod in pkgutil.walk_packages(pkg.__path__, prefix=pkg_name + "."):
+            importlib.import_module(mod.name)
+    _loaded = True
+
+
+def get_stage(name: str) -> StageSpec:
+    _load_all()
+    if name not in _STAGES:
+        raise KeyError(name)
+    return _STAGES[name]
+
+
+def all_stages() -> dict[str, StageSpec]:
+    _load_all()
+    return dict(sorted(_STAGES.items()))

@@ -1,0 +1,106 @@
+"""Output and intermediate writers.
+
+Final Parquet output uses one fixed schema (FineWeb-like top-level columns plus the full metadata as
+JSON) because datatrove's ParquetWriter infers its schema from the first document and would reject
+later documents whose metadata has other keys.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from datatrove.data import Document
+from datatrove.pipeline.base import PipelineStep
+from datatrove.pipeline.writers import JsonlWriter, ParquetWriter
+
+TOP_LEVEL_COLUMNS = ("url", "date", "language", "language_score")
+
+
+def _jsonable(v):
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    if isinstance(v, bytes):
+        return None  # transient raw payloads never reach outputs
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return str(v)
+
+
+def clean_metadata(meta: dict) -> dict:
+    """Metadata safe to serialise: transient keys (leading underscore) and raw bytes removed."""
+    return {k: _jsonable(v) for k, v in meta.items() if not k.startswith("_") and not isinstance(v, bytes)}
+
+
+def _parquet_adapter(self, doc: Document) -> dict:
+    meta = clean_metadata(doc.metadata)
+    row = {"text": doc.text, "id": str(doc.id)}
+    for col in TOP_LEVEL_COLUMNS:
+        v = meta.get(col)
+        row[col] = (float(v) if v is not None else None) if col == "language_score" else (str(v) if v is not None else None)
+    row["metadata"] = json.dumps(meta, ensure_ascii=False, sort_keys=True)
+    return row
+
+
+def _jsonl_adapter(self, doc: Document) -> dict:
+    return {"text": doc.text, "id": str(doc.id), "metadata": clean_metadata(doc.metadata)}
+
+
+def parquet_schema():
+    import pyarrow as pa
+
+    return pa.schema(
+        [("text", pa.string()), ("id", pa.string()), ("url", pa.string()), ("date", pa.string()),
+         ("language", pa.string()), ("language_score", pa.float64()), ("metadata", pa.string())]
+    )
+
+
+def output_writer(path: str, fmt: str, route_by: str | None = None):
+    """The run's final writer; ``route_by`` puts each document under <path>/<metadata value>/."""
+    prefix = f"${{{route_by}}}/" if route_by else ""
+    if fmt == "parquet":
+        return ParquetWriter(path, output_filename=prefix + "${rank}.parquet", adapter=_parquet_adapter,
+                             schema=parquet_schema(), compression="zstd")
+    return JsonlWriter(path, output_filename=prefix + "${rank}.jsonl.gz", adapter=_jsonl_adapter)
+
+
+def exclusion_writer(path: str):
+    """Writes dropped documents of one stage for inspection."""
+    return JsonlWriter(path, output_filename="${rank}.jsonl.gz", adapter=_jsonl_adapter)
+
+
+def intermediate_writer(folder: Path):
+    """Between segments: one file per rank so the next segment's rank r reads exactly what rank r wrote."""
+    return JsonlWriter(str(folder), output_filename="${rank}.jsonl.gz", adapter=_jsonl_adapter)
+
+
+class RankFileReader(PipelineStep):
+    """Reads back exactly ``<folder>/<rank>.jsonl.gz`` (datatrove's readers shard by sorted file list,
+    which shifts files between ranks when a rank wrote nothing)."""
+
+    name = "🔁 intermediate reader"
+    type = "📖 - READER"
+
+    def __init__(self, folder: Path):
+        super().__init__()
+        self.folder = Path(folder)
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        if data:
+            yield from data
+        path = self.folder / f"{rank:05d}.jsonl.gz"
+        if not path.exists():
+            return
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                row = json.loads(line)
+                self.stat_update("total")
+                self.stat_update("forwarded")
+                yield Document(text=row["text"], id=row["id"], metadata=row.get("metadata") or {})
+
+
+def intermediate_reader(folder: Path) -> RankFileReader:
+    return RankFileReader(folder)
