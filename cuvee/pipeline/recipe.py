@@ -57,7 +57,7 @@ class SlurmExecutorConfig(_Strict):
     partition: str
     time: str = "04:00:00"
     cpus_per_task: int = Field(1, ge=1)
-    mem_per_cpu_gb: float = Field(2, gt=0)
+    mem_per_cpu_gb: int = Field(2, ge=1, description="whole GB: sbatch rejects fractions")
     workers: int = Field(-1, ge=-1, description="array concurrency, -1 = unlimited")
     job_name: str | None = None
     qos: str | None = None
@@ -88,7 +88,7 @@ class Recipe(_Strict):
     name: str
     run_dir: str | None = Field(None, description="stats, logs and scratch; default runs/<name>")
     input: InputConfig
-    stages: list[dict[str, Any]] = Field(default_factory=list)
+    stages: list[Any] = Field(default_factory=list)
     output: OutputConfig = Field(default_factory=OutputConfig)
     executor: ExecutorConfig = Field(default_factory=LocalExecutorConfig, discriminator="kind")
     logging_dir: str | None = Field(None, description="datatrove logs; default <run_dir>/logs")

@@ -19,7 +19,13 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict
 
-STAGE_PACKAGES = ("cuvee.pipeline.stages", "cuvee.filters", "cuvee.dedup", "cuvee.classifiers")
+STAGE_PACKAGES = (
+    "cuvee.pipeline.core_stages",
+    "cuvee.pipeline.stages",
+    "cuvee.filters",
+    "cuvee.dedup",
+    "cuvee.classifiers",
+)
 
 
 class StageParams(BaseModel):
@@ -109,7 +115,7 @@ def _load_all() -> None:
             if e.name == pkg_name:
                 continue
             raise
-        for mod in pkgutil.walk_packages(pkg.__path__, prefix=pkg_name + "."):
+        for mod in pkgutil.walk_packages(getattr(pkg, "__path__", []), prefix=pkg_name + "."):
             importlib.import_module(mod.name)
     _loaded = True
 

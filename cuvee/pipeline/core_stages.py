@@ -1,0 +1,92 @@
+"""Generic stages every recipe can use: length and sampling filters, and any datatrove step by import path."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from datatrove.data import Document
+from datatrove.pipeline.filters.base_filter import BaseFilter
+from pydantic import Field, field_validator
+
+from cuvee.pipeline.registry import BuildContext, StageParams, register_stage
+
+
+class LengthParams(StageParams):
+    min_chars: int = Field(0, ge=0)
+    max_chars: int | None = Field(None, gt=0)
+
+
+class LengthFilter(BaseFilter):
+    name = "📏 length"
+
+    def __init__(self, min_chars: int, max_chars: int | None):
+        super().__init__()
+        self.min_chars, self.max_chars = min_chars, max_chars
+
+    def filter(self, doc: Document):
+        n = len(doc.text)
+        if n < self.min_chars:
+            return False, "too_short"
+        if self.max_chars is not None and n > self.max_chars:
+            return False, "too_long"
+        return True
+
+
+@register_stage("length", LengthParams)
+def build_length(p: LengthParams, ctx: BuildContext):
+    """Drop documents shorter or longer than a number of characters."""
+    return [LengthFilter(p.min_chars, p.max_chars)]
+
+
+class SampleParams(StageParams):
+    rate: float = Field(gt=0, le=1)
+    seed: int = 0
+
+
+class HashSampler(BaseFilter):
+    """Keeps a document iff a hash of (seed, id) falls under the rate: same documents on every rerun and any task count."""
+
+    name = "🎲 sample"
+
+    def __init__(self, rate: float, seed: int):
+        super().__init__()
+        self.rate, self.seed = rate, seed
+
+    def filter(self, doc: Document):
+        import xxhash
+
+        h = xxhash.xxh64_intdigest(f"{self.seed}:{doc.id}") / 2**64
+        return True if h < self.rate else (False, "sampled_out")
+
+
+@register_stage("sample", SampleParams)
+def build_sample(p: SampleParams, ctx: BuildContext):
+    """Deterministically keep a fraction of documents (by id hash)."""
+    return [HashSampler(p.rate, p.seed)]
+
+
+class DatatroveParams(StageParams):
+    step: str = Field(description="import path of a datatrove PipelineStep, e.g. datatrove.pipeline.filters.LambdaFilter")
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("step")
+    @classmethod
+    def _importable(cls, v: str) -> str:
+        mod, _, attr = v.rpartition(".")
+        try:
+            obj = getattr(importlib.import_module(mod), attr)
+        except (ImportError, AttributeError, ValueError):
+            raise ValueError(f"cannot import {v!r}") from None
+        from datatrove.pipeline.base import PipelineStep
+
+        if not (isinstance(obj, type) and issubclass(obj, PipelineStep)):
+            raise ValueError(f"{v!r} is not a datatrove PipelineStep class")
+        return v
+
+
+@register_stage("datatrove", DatatroveParams)
+def build_datatrove(p: DatatroveParams, ctx: BuildContext):
+    """Any datatrove step by import path, with keyword arguments (the escape hatch to its ecosystem)."""
+    mod, _, attr = p.step.rpartition(".")
+    return [getattr(importlib.import_module(mod), attr)(**p.kwargs)]

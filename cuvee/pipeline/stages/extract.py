@@ -1,0 +1,164 @@
+"""``extract``: main-text extraction with trafilatura, FineWeb settings, a per-document time limit and a size cap.
+
+Settings follow datatrove's ``Trafilatura`` extractor as used for FineWeb: ``favor_precision=True``,
+``include_comments=False``, ``deduplicate=True``. Three guards, each a counted drop:
+
+``dropped_too_large``           HTML longer than ``max_input_chars`` (never parsed: pathological pages
+                                dominate extraction time)
+``dropped_extraction_timeout``  extraction ran past ``timeout_s``
+``dropped_empty_extraction``    trafilatura found no main text
+``dropped_extraction_error``    trafilatura raised (logged, first few with the URL)
+
+Why an in-process timer: datatrove runs the extractor in a sandbox process and ships every page through a
+pipe (pickling the HTML twice); when the sandbox cannot start (e.g. ``lxml_html_clean`` missing) every
+document is silently counted as a timeout. Here a ``SIGALRM`` interval timer (``setitimer``) interrupts
+the extraction in the same process; this needs the main thread, which is where datatrove's local, Slurm
+and Ray executors run a task. Outside the main thread the step falls back to datatrove's sandbox process.
+
+Input: ``doc.text`` holding HTML (from ``response_check``); a document still carrying the reader's raw
+payload is decoded first (same rules as ``response_check``). WET ``conversion`` records are already text
+and pass through untouched.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+from datatrove.data import Document, DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+from datatrove.utils.logging import logger
+from pydantic import Field
+
+from cuvee.pipeline.registry import BuildContext, StageParams, register_stage
+
+
+class ExtractionTimeout(Exception):
+    """Raised by the SIGALRM handler inside the extraction call."""
+
+
+def _on_alarm(signum, frame):
+    raise ExtractionTimeout()
+
+
+class TrafilaturaExtract(PipelineStep):
+    """HTML in ``doc.text`` -> main text in ``doc.text`` (trafilatura, FineWeb settings)."""
+
+    name = "⛏ trafilatura extract"
+    type = "🛢 - EXTRAC"
+
+    def __init__(
+        self,
+        timeout_s: float = 1.0,
+        max_input_chars: int = 2_000_000,
+        favor_precision: bool = True,
+        include_comments: bool = False,
+        deduplicate: bool = True,
+        include_tables: bool = True,
+        fast: bool = False,
+    ):
+        super().__init__()
+        self.timeout_s = timeout_s
+        self.max_input_chars = max_input_chars
+        self.kwargs = dict(
+            favor_precision=favor_precision, include_comments=include_comments, deduplicate=deduplicate,
+            include_tables=include_tables, no_fallback=fast,
+        )
+        self._errors_logged = 0
+
+    def _extract(self, html: str, url: str | None) -> str | None:
+        from trafilatura import extract
+
+        return extract(html, url=url, **self.kwargs)
+
+    def _prepare(self, doc: Document) -> str | None:
+        """The HTML to extract, or None for documents that pass through (WET text)."""
+        if doc.metadata.get("warc_type") == "conversion":
+            return None
+        from cuvee.pipeline.stages.response import decode_html, pop_raw_payload
+
+        payload = pop_raw_payload(doc)
+        if payload is not None and not doc.text:
+            doc.text, enc, src = decode_html(payload, doc.metadata.get("content_type") or "")
+        return doc.text
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        in_main = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+        if in_main:
+            previous = signal.signal(signal.SIGALRM, _on_alarm)
+            yield from self._run(data, self._timed_call)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        else:
+            logger.info("extract: not in the main thread, using datatrove's sandbox process for the time limit")
+            from datatrove.pipeline.extractors.base import ExtractorSandbox
+
+            with ExtractorSandbox(timeout=self.timeout_s, warmup_text="") as sandbox:
+                def call(html: str, url: str | None):
+                    try:
+                        return sandbox.process_document(html, lambda t: self._extract(t, url))
+                    except TimeoutError:
+                        raise ExtractionTimeout() from None
+
+                yield from self._run(data, call)
+
+    def _timed_call(self, html: str, url: str | None) -> str | None:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, self.timeout_s)
+            try:
+                return self._extract(html, url)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except ExtractionTimeout:
+            raise
+        except RecursionError as e:  # deeply nested DOMs
+            raise RuntimeError(f"recursion: {e}") from None
+
+    def _run(self, data: DocumentsPipeline, call) -> DocumentsPipeline:
+        for doc in data:
+            self.stat_update("total")
+            with self.track_time():
+                html = self._prepare(doc)
+                reason = None
+                if html is None:
+                    reason = None if doc.text.strip() else "empty_extraction"
+                elif len(html) > self.max_input_chars:
+                    reason = "too_large"
+                else:
+                    url = doc.metadata.get("url")
+                    try:
+                        text = call(html, url)
+                    except ExtractionTimeout:
+                        reason = "extraction_timeout"
+                    except Exception as e:
+                        reason = "extraction_error"
+                        if self._errors_logged < 10:
+                            self._errors_logged += 1
+                            logger.warning(f"extract: trafilatura failed on {url or doc.id}: {type(e).__name__}: {e}")
+                    else:
+                        if text and text.strip():
+                            doc.text = text
+                        else:
+                            reason = "empty_extraction"
+            if reason:
+                self.stat_update("dropped", f"dropped_{reason}")
+                continue
+            self.stat_update("forwarded")
+            self.update_doc_stats(doc)
+            yield doc
+
+
+class ExtractParams(StageParams):
+    timeout_s: float = Field(1.0, gt=0, description="per-document extraction time limit (FineWeb: 1 s)")
+    max_input_chars: int = Field(2_000_000, gt=0, description="HTML longer than this is dropped unparsed")
+    favor_precision: bool = True
+    include_comments: bool = False
+    deduplicate: bool = Field(True, description="trafilatura's per-process duplicate-paragraph cache (FineWeb: on)")
+    include_tables: bool = True
+    fast: bool = Field(False, description="trafilatura no_fallback: skip the readability/justext fallbacks (faster, slightly lower recall)")
+
+
+@register_stage("extract", ExtractParams)
+def build_extract(p: ExtractParams, ctx: BuildContext):
+    """Trafilatura main-text extraction (FineWeb settings) with a per-document time limit and size cap."""
+    return [TrafilaturaExtract(**p.model_dump())]
