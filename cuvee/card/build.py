@@ -1,0 +1,88 @@
+"""``write_card``: run directory (+ mixer manifest) -> README.md, card.html and PNG plots.
+
+Where the card goes: by default into the run's output folder, so that folder *is* a Hugging Face
+dataset repository (README.md next to the Parquet files the ``configs`` point at) and can be uploaded
+as is. With no output folder (a partial run that wrote nothing) it goes to ``<run_dir>/card``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from cuvee.card import plots
+from cuvee.card.frontmatter import build_front_matter, data_configs
+from cuvee.card.funnel import funnel_rows
+from cuvee.card.html import render_html
+from cuvee.card.profile import OutputProfile, profile_outputs
+from cuvee.card.run_data import RunData, load_run
+from cuvee.card.scores import thresholds_by_score
+from cuvee.card.sections import CardWriter
+
+log = logging.getLogger(__name__)
+
+IMAGES_DIR = "card_images"
+
+
+@dataclass
+class CardFiles:
+    readme: Path
+    html: Path
+    images: dict[str, Path]
+    run: RunData
+    profile: OutputProfile
+
+
+def _plots(run: RunData, prof: OutputProfile, writer: CardWriter, img_dir: Path) -> dict[str, Path]:
+    made: dict[str, Path | None] = {
+        "funnel": plots.funnel_plot(funnel_rows(run.stages, writer.tokens_per_char), img_dir / "funnel.png"),
+        "languages": (
+            plots.language_plot(writer.languages, img_dir / "languages.png")
+            if writer.languages
+            else plots.language_plot(dict(prof.cc_languages), img_dir / "languages.png", title="Common Crawl CLD2 language")
+        ),
+    }
+    keys = [k for k, v in prof.scores.items() if v]
+    linked, _ = thresholds_by_score(run.stages, keys)
+    made["scores"] = plots.score_plots(prof.scores, linked, img_dir / "scores.png")
+    if run.manifest:
+        made["mix"] = plots.mix_plot(run.manifest.get("sources") or [], img_dir / "mix.png")
+    return {k: v for k, v in made.items() if v is not None}
+
+
+def write_card(
+    run_dir: str | Path,
+    mix: str | Path | None = None,
+    out_dir: str | Path | None = None,
+    license: str = "odc-by",
+    pretty_name: str | None = None,
+    max_token_docs: int = 20_000,
+) -> CardFiles:
+    """Write ``README.md`` (Hub dataset card), ``card.html`` and ``card_images/*.png``; return their paths."""
+    run = load_run(run_dir, mix)
+    out = Path(out_dir) if out_dir else (run.output_root or run.run_dir / "card")
+    out.mkdir(parents=True, exist_ok=True)
+    prof = profile_outputs(run.output_files, max_token_docs=max_token_docs)
+
+    # the writer's ratio is needed by the funnel plot, so images are made with a provisional writer
+    writer = CardWriter(run, prof, {})
+    images = _plots(run, prof, writer, out / IMAGES_DIR)
+    writer.images = {k: f"{IMAGES_DIR}/{p.name}" for k, p in images.items()}
+    body = writer.render()
+
+    route_by = (run.stats.get("output") or {}).get("route_by") or (run.recipe.get("output") or {}).get("route_by")
+    meta = build_front_matter(
+        pretty_name=pretty_name or run.name,
+        languages=writer.hub_languages,
+        n_docs=writer.documents,
+        configs=data_configs(run.output_files, run.output_root, out, route_by),
+        license=license,
+    )
+    text = f"---\n{meta.to_yaml()}\n---\n\n{body}"
+    readme = out / "README.md"
+    readme.write_text(text, encoding="utf-8")
+    html = out / "card.html"
+    html.write_text(render_html(text, out, pretty_name or run.name), encoding="utf-8")
+    log.info("wrote dataset card %s (%d images)", readme, len(images))
+    return CardFiles(readme, html, images, run, prof)

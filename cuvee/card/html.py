@@ -1,0 +1,81 @@
+"""A self-contained HTML rendering of the card (one file: CSS inline, images as base64 data URIs).
+
+Why self-contained: the HTML is for browsing a run on a cluster or mailing it around; a single file
+cannot lose its pictures.
+"""
+
+from __future__ import annotations
+
+import base64
+import html as _html
+import mimetypes
+import re
+from pathlib import Path
+
+CSS = """
+body{font-family:-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;max-width:1100px;margin:24px auto;padding:0 24px;color:#1f2328;line-height:1.5}
+h1{border-bottom:2px solid #3b7dd8;padding-bottom:6px} h2{border-bottom:1px solid #d0d7de;padding-bottom:4px;margin-top:32px}
+table{border-collapse:collapse;margin:12px 0;font-size:13px;display:block;overflow-x:auto}
+th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top} th{background:#f6f8fa}
+tr:nth-child(even) td{background:#fbfcfd}
+td:not(:first-child){font-variant-numeric:tabular-nums}
+img{max-width:100%;border:1px solid #eaeef2;margin:8px 0}
+pre{background:#f6f8fa;padding:10px;overflow-x:auto;font-size:12px} code{font-size:90%}
+blockquote{border-left:4px solid #e0795b;margin:12px 0;padding:4px 12px;background:#fff6f2}
+details.meta{background:#f6f8fa;border:1px solid #d0d7de;padding:6px 10px;margin-bottom:12px}
+"""
+
+
+def split_front_matter(text: str) -> tuple[str, str]:
+    """('yaml body', 'markdown body') of a card; ('', text) when it has no front matter."""
+    m = re.match(r"^---\n(.*?)\n---\n?", text, re.S)
+    return (m.group(1), text[m.end():]) if m else ("", text)
+
+
+def _data_uri(path: Path) -> str:
+    mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    return f"data:{mime};base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+FUNNEL_HEADING = "Filter funnel"
+FUNNEL_TABLE_ID = "filter-funnel"
+
+
+def _tag_funnel_table(html_body: str) -> str:
+    """Give the funnel table an id, so browsers (and the screenshot test) can link to it."""
+    h = html_body.find(f"<h2>{FUNNEL_HEADING}</h2>")
+    t = html_body.find("<table>", h) if h >= 0 else -1
+    nxt = html_body.find("<h2>", h + 1) if h >= 0 else -1
+    if t < 0 or (0 <= nxt < t):
+        return html_body
+    return html_body[:t] + f'<table id="{FUNNEL_TABLE_ID}">' + html_body[t + len("<table>"):]
+
+
+def render_html(card_md: str, base_dir: Path, title: str) -> str:
+    """Markdown (with front matter) -> one HTML page; relative image paths are inlined from base_dir."""
+    import markdown
+
+    front, body = split_front_matter(card_md)
+    html_body = markdown.markdown(body, extensions=["tables", "fenced_code", "sane_lists", "md_in_html"], output_format="html")
+
+    def inline(m: re.Match) -> str:
+        src = _html.unescape(m.group(2))
+        if src.startswith(("data:", "http://", "https://")):
+            return m.group(0)
+        p = (base_dir / src).resolve()
+        if not p.exists():
+            raise FileNotFoundError(f"card image {src} not found under {base_dir}")
+        return f"{m.group(1)}{_data_uri(p)}{m.group(3)}"
+
+    html_body = _tag_funnel_table(html_body)
+    html_body = re.sub(r'(<img[^>]*?\bsrc=")([^"]+)(")', inline, html_body)
+    meta = (
+        f'<details class="meta"><summary>Dataset card metadata (YAML front matter)</summary><pre>{_html.escape(front)}</pre></details>\n'
+        if front
+        else ""
+    )
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{_html.escape(title)}</title>"
+        f"<style>{CSS}</style></head>\n<body>\n{meta}{html_body}\n</body></html>\n"
+    )

@@ -1,0 +1,402 @@
+"""The Markdown body of the card, section by section, in the order of FineWeb's card.
+
+Every number is taken from ``stats.json`` / the manifest where they hold it (documents, drop reasons,
+languages, mix tokens) and from the output scan otherwise (scores, snapshots, token estimates); the
+text says which numbers are estimates. Sections for stages that did not run are replaced by a line
+saying so, which is what makes partial runs give honest cards.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from typing import Any
+
+from cuvee.card.frontmatter import iso_language
+from cuvee.card.funnel import funnel_rows, is_dedup_stage
+from cuvee.card.profile import SNAPSHOT_RE, OutputProfile
+from cuvee.card.run_data import RunData
+from cuvee.card.scores import summarize, thresholds_by_score
+
+
+STANDARD_COUNTERS = {"total", "forwarded", "dropped", "doc_len", "documents", "batches", "input_files"}
+
+
+def n(v: Any) -> str:
+    """Integers with thousands separators; '–' for unknown."""
+    if v is None:
+        return "–"
+    if isinstance(v, float) and not v.is_integer():
+        return f"{v:,.3f}".rstrip("0").rstrip(".")
+    return f"{int(v):,}"
+
+
+def pct(part: float | None, whole: float | None) -> str:
+    if part is None or not whole:
+        return "–"
+    return f"{100.0 * part / whole:.1f}%"
+
+
+def _cell(s: Any) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def table(header: list[str], rows: list[list[Any]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _fmt_param(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        s = ", ".join(map(str, v[:6])) + (f", … ({len(v)} items)" if len(v) > 6 else "")
+        return f"[{s}]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {_fmt_param(x)}" for k, x in list(v.items())[:6]) + ("…" if len(v) > 6 else "") + "}"
+    return str(v)
+
+
+class CardWriter:
+    """Builds the Markdown body from a loaded run, its output profile and the written plot files."""
+
+    def __init__(self, run: RunData, prof: OutputProfile, images: dict[str, str], tokens_estimated: bool = True):
+        self.run, self.prof, self.images = run, prof, images
+        self.stats = run.stats
+        self.out = self.stats.get("output") or {}
+        self.acc = self.stats.get("accounting") or {}
+        self.tokens_per_char = (prof.tokens_est / prof.chars) if (prof.chars and prof.tokens_est) else None
+
+    # -- helpers -------------------------------------------------------------------------------
+    @property
+    def documents(self) -> int:
+        d = self.out.get("documents")
+        return int(d) if d is not None else self.prof.documents
+
+    @property
+    def languages(self) -> dict[str, int]:
+        """Documents per language label: stats.json's count, else the outputs' ``language`` metadata."""
+        langs = self.out.get("languages")
+        if langs:
+            return {str(k): int(v) for k, v in langs.items()}
+        return {} if set(self.prof.languages) <= {"unknown"} else dict(self.prof.languages)
+
+    @property
+    def hub_languages(self) -> list[str]:
+        """Labels for the front matter, most frequent first; Common Crawl's CLD2 labels when no language ID ran."""
+        langs = self.languages or dict(self.prof.cc_languages)
+        return [k for k, _ in sorted(langs.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+    def snapshots(self) -> list[str]:
+        snaps = {s for s in self.prof.snapshots if s != "unknown"}
+        for p in (self.run.recipe.get("input") or {}).get("paths") or []:
+            snaps.update(SNAPSHOT_RE.findall(str(p)))
+        return sorted(snaps)
+
+    def img(self, key: str, alt: str) -> str:
+        return f"![{alt}]({self.images[key]})\n" if key in self.images else ""
+
+    # -- sections ------------------------------------------------------------------------------
+    def title(self) -> str:
+        return f"# {self.run.name}\n"
+
+    def partial_banner(self) -> str:
+        if self.run.complete:
+            return ""
+        ran = ", ".join(s.name for s in self.run.stages) or "none"
+        planned = [s.get("stage") for s in (self.run.recipe.get("stages") or []) if isinstance(s, dict)]
+        missing = [p for p in planned if p not in {s.name for s in self.run.stages}]
+        lines = [
+            "> **Partial run.** This card describes a run that did not complete (`complete: false`). "
+            f"Only the stages that ran are described: {ran}."
+        ]
+        if missing:
+            lines.append(f"> Stages in the recipe that did not report: {', '.join(missing)}.")
+        lines.append("> Counts cover only the work that finished; do not publish this data as the full recipe's output.")
+        return "\n".join(lines) + "\n"
+
+    def summary(self) -> str:
+        langs = self.languages
+        top = sorted(langs.items(), key=lambda kv: -kv[1])[:3]
+        snaps = self.snapshots()
+        read = self.acc.get("records_read")
+        parts = [
+            "## Dataset summary\n",
+            f"**{self.run.name}** is a web-text pretraining dataset of **{n(self.documents)} documents** "
+            + (f"(about **{n(self.prof.tokens_est)} tokens**, estimated with {self.prof.tokenizer}) " if self.prof.tokens_est else "")
+            + (f"in {len(langs)} language(s)" + (" (mostly " + ", ".join(f"`{k}` {pct(v, sum(langs.values()))}" for k, v in top) + ")") if top else "(language not identified by the pipeline)")
+            + ", extracted and filtered from Common Crawl"
+            + (f" snapshot(s) {', '.join(snaps)}" if snaps else "")
+            + f" by the cuvee recipe `{self.run.name}`.",
+        ]
+        if read is not None:
+            parts.append(
+                f"\nOf **{n(read)}** input records, **{n(self.acc.get('kept'))}** were kept and **{n(self.acc.get('dropped'))}** dropped "
+                f"({pct(self.acc.get('dropped'), read)}); every dropped record is counted under a reason in the funnel below"
+                + (" and the accounting balances." if self.acc.get("balanced") else ".")
+            )
+        if self.out.get("chars") is not None:
+            parts.append(f"\nOutput size: {n(self.out.get('chars'))} characters in {n(len(self.run.output_files))} file(s), format `{self.out.get('format', '?')}`.")
+        parts.append(
+            "\nIt is meant for pretraining language models (task category `text-generation`). "
+            "Each row has `text`, `id` and `metadata` (url, date, language, language_score, scores of the classifiers that ran)."
+        )
+        return "\n".join(parts) + "\n"
+
+    def sources(self) -> str:
+        snaps = self.prof.snapshots
+        rec_paths = [str(p) for p in (self.run.recipe.get("input") or {}).get("paths") or []]
+        lines = ["## Sources\n"]
+        if snaps:
+            lines.append("Common Crawl snapshots of the **output** documents (from `cc_snapshot` metadata or the WARC file name):\n")
+            rows = [[k if k != "unknown" else "not recorded (e.g. pre-2013 ARC crawls)", n(v), pct(v, self.prof.documents)] for k, v in sorted(snaps.items(), key=lambda kv: (-kv[1], kv[0]))]
+            lines.append(table(["snapshot", "documents", "share"], rows))
+            lines.append("")
+        if rec_paths:
+            inp = self.run.recipe.get("input") or {}
+            lines.append(f"Input (`{inp.get('format', 'auto')}`), as given in the recipe:\n")
+            lines += [f"- `{p}`" for p in rec_paths[:20]]
+            if len(rec_paths) > 20:
+                lines.append(f"- … and {len(rec_paths) - 20} more")
+            lines.append("")
+        reader = self.run.stages[0] if self.run.stages else None
+        said = []
+        if self.acc.get("records_read") is not None:
+            said.append(f"Records read: **{n(self.acc['records_read'])}**.")
+        if reader is not None and reader.dropped:
+            said.append(
+                f"The reader (`{reader.name}`) passed on {n(reader.docs_out)} of {n(reader.docs_in)} records; the rest were not documents: "
+                + ", ".join(f"{k} {n(v)}" for k, v in sorted(reader.dropped.items(), key=lambda kv: -kv[1]))
+                + "."
+            )
+        if said:
+            lines.append(" ".join(said))
+        if self.prof.domains:
+            top = self.prof.domains.most_common(10)
+            lines.append(f"\n{n(len(self.prof.domains))} distinct hosts; the 10 most frequent hold {pct(sum(v for _, v in top), self.prof.documents)} of documents:\n")
+            lines.append(table(["host", "documents"], [[h or "(none)", n(v)] for h, v in top]))
+        return "\n".join(lines) + "\n"
+
+    def processing(self) -> str:
+        st = self.stats
+        lines = ["## Processing\n", f"Recipe `{self.run.name}`, SHA-256 `{st.get('recipe_sha256', 'unknown')}`."]
+        ex = st.get("executor") or (self.run.recipe.get("executor") or {})
+        if ex:
+            lines.append(
+                f" Executor: `{ex.get('kind', '?')}` with {ex.get('tasks', '?')} task(s)"
+                + (f" / {ex.get('workers')} worker(s)" if ex.get("workers") not in (None, -1) else "")
+                + (" (stats merged across tasks)." if (ex.get("tasks") or 1) > 1 else ".")
+            )
+        if st.get("started"):
+            lines.append(f" Started {st.get('started')}, finished {st.get('finished', '–')}, wall time {n(st.get('wall_time_s'))} s.")
+        lines.append(f" Statistics source: {self.run.stats_origin}.\n")
+        rows = []
+        for i, s in enumerate(self.run.stages):
+            params = "; ".join(f"{k}={_fmt_param(v)}" for k, v in s.params.items()) or "(defaults)"
+            rows.append([f"{i + 1:02d}", f"`{s.name}`", "–" if s.segment is None else s.segment, params, n(s.time_s)])
+        if rows:
+            lines.append(table(["#", "stage", "segment", "parameters", "time (s)"], rows))
+        else:
+            lines.append("No stage reported statistics.")
+        versions = {"cuvee": st.get("cuvee_version", "unknown"), **(st.get("versions") or {})}
+        lines.append("\nSoftware versions:\n")
+        lines.append(table(["package", "version"], [[k, v] for k, v in versions.items()]))
+        if self.run.recipe_source:
+            lines.append(
+                '\n<details markdown="1"><summary>The recipe as run (<code>recipe.yaml</code>)</summary>\n\n```yaml\n'
+                + self.run.recipe_source.rstrip() + "\n```\n\n</details>"
+            )
+        return "\n".join(lines) + "\n"
+
+    def funnel(self) -> str:
+        rows = funnel_rows(self.run.stages, self.tokens_per_char)
+        lines = ["## Filter funnel\n"]
+        if not rows:
+            return "\n".join(lines + ["No stage statistics were recorded for this run.\n"])
+        lines.append(self.img("funnel", "Filter funnel: documents kept and dropped per stage"))
+        first_in = next((r["docs_in"] for r in rows if r["docs_in"] is not None), None)
+        body = []
+        for r in rows:
+            reasons = ", ".join(f"{k}: {n(v)}" for k, v in r["reasons"].items()) or ("–" if not r["dropped"] else "(no reason recorded)")
+            body.append([r["label"], n(r["docs_in"]), n(r["docs_out"]), n(r["dropped"]), pct(r["dropped"], first_in), reasons, n(r["chars_out"]), n(r["tokens_out_est"]), n(r["tokens_dropped_est"])])
+        lines.append(table(["stage", "docs in", "docs out", "dropped", "dropped (% of input)", "drop reasons", "chars out", "tokens out (est.)", "tokens dropped (est.)"], body))
+        lines.append(
+            "\nDocument counts are exact (datatrove counters, summed over tasks). "
+            + ("Token columns are estimates: characters × the tokens-per-character ratio of the output"
+               + (f" ({self.tokens_per_char:.3f} tokens/char, {self.prof.tokenizer})." if self.tokens_per_char else ".")
+               if self.tokens_per_char else "No token estimate is available (no output documents or tokenizer).")
+        )
+        html_rows = [r["label"] for r in rows if r["chars_out"] is not None and r["tokens_out_est"] is None]
+        if html_rows and self.tokens_per_char:
+            lines.append(f" Stages up to text extraction ({', '.join(html_rows)}) carry HTML, so no token estimate is given for them.")
+        acc = self.acc
+        if acc:
+            lines.append(
+                f"\nAccounting: records read {n(acc.get('records_read'))} = kept {n(acc.get('kept'))} + dropped {n(acc.get('dropped'))}"
+                f" → {'balanced ✓' if acc.get('balanced') else 'NOT balanced ✗'}."
+            )
+            by = acc.get("by_reason") or {}
+            if by:
+                lines.append("\nAll drop reasons over the run:\n")
+                lines.append(table(["stage/reason", "records"], [[k, n(v)] for k, v in sorted(by.items(), key=lambda kv: (-kv[1], kv[0]))]))
+        return "\n".join(lines) + "\n"
+
+    def language(self) -> str:
+        langs = self.languages
+        lines = ["## Language distribution\n"]
+        if not langs:
+            lines.append("No language-ID stage ran, so documents carry no `language` label.")
+            cc = self.prof.cc_languages
+            if cc:
+                lines.append(" Common Crawl's own CLD2 identification (`cc_languages` metadata, first language listed) gives:\n")
+                lines.append(self.img("languages", "Documents per Common Crawl CLD2 language"))
+                rows = [[f"`{k}`", n(v), pct(v, self.prof.documents)] for k, v in sorted(cc.items(), key=lambda kv: (-kv[1], kv[0]))]
+                missing = self.prof.documents - sum(cc.values())
+                if missing:
+                    rows.append(["not recorded (e.g. ARC crawls)", n(missing), pct(missing, self.prof.documents)])
+                lines.append(table(["CLD2 label", "documents", "share"], rows))
+            return "\n".join(lines) + "\n"
+        lines.append(self.img("languages", "Documents per language"))
+        total = sum(langs.values())
+        rows = []
+        for lab, c in sorted(langs.items(), key=lambda kv: (-kv[1], kv[0])):
+            tok = self.prof.tokens_by_language.get(lab)
+            rows.append([f"`{lab}`", iso_language(lab) or "–", n(c), pct(c, total), n(tok) if tok is not None else "–"])
+        lines.append(table(["label", "ISO 639", "documents", "share", "tokens (est.)"], rows))
+        src = "`stats.json` (`output.languages`)" if self.out.get("languages") else "the output documents' `language` metadata"
+        lines.append(f"\nDocument counts per language come from {src}.")
+        return "\n".join(lines) + "\n"
+
+    def dedup(self) -> str:
+        stages = [(i, s) for i, s in enumerate(self.run.stages) if is_dedup_stage(s)]
+        lines = ["## Deduplication\n"]
+        if not stages:
+            return "\n".join(lines + ["No deduplication stage ran, so the data may contain duplicate and near-duplicate documents.\n"])
+        rows = []
+        for i, s in stages:
+            extra = ", ".join(f"{k}={n(v) if isinstance(v, (int, float)) else v}" for k, v in sorted(s.counters.items()) if k not in STANDARD_COUNTERS and not k.startswith("dropped")) or "–"
+            rows.append([f"{i + 1:02d} `{s.name}`", n(s.docs_in), n(s.dropped_total), pct(s.dropped_total, s.docs_in), extra])
+        lines.append(table(["stage", "docs in", "docs removed", "removed", "counters"], rows))
+        phases = self.stats.get("phases") or []
+        if phases:
+            lines.append("\nWhole-corpus phases:\n")
+            lines.append(table(["phase", "time (s)", "counters"], [[p.get("name"), n(p.get("time_s")), ", ".join(f"{k}={n(v) if isinstance(v, (int, float)) else v}" for k, v in (p.get("counters") or {}).items()) or "–"] for p in phases]))
+        lines.append("\nDeduplication is within this run only (not across other datasets or snapshots processed elsewhere).")
+        return "\n".join(lines) + "\n"
+
+    def scores(self) -> str:
+        keys = sorted(k for k, v in self.prof.scores.items() if v)
+        linked, found = thresholds_by_score(self.run.stages, keys)
+        lines = ["## Classifier and language scores\n"]
+        if not keys:
+            lines.append("The output documents carry no `*_score` metadata (no classifier or language-ID stage ran).")
+        else:
+            lines.append(self.img("scores", "Score histograms with thresholds"))
+            rows = []
+            for k in keys:
+                s = summarize(self.prof.scores[k])
+                thr = ", ".join(f"{p}={v:g}" for p, v in linked.get(k, [])) or "–"
+                rows.append([f"`{k}`", n(s["n"]), f"{s['min']:.3f}", f"{s['p10']:.3f}", f"{s['median']:.3f}", f"{s['p90']:.3f}", f"{s['max']:.3f}", f"{s['mean']:.3f}", thr])
+            lines.append(table(["score", "documents", "min", "p10", "median", "p90", "max", "mean", "threshold(s)"], rows))
+            lines.append("\nDistributions are over the **kept** documents: documents below a threshold were removed, so the histograms are cut at it.")
+        unlinked = [f for f in found if not f["score_key"]]
+        if unlinked:
+            lines.append("\nOther thresholds in the recipe: " + ", ".join(f"`{f['stage']}.{f['param']}`={f['value']:g}" for f in unlinked) + ".")
+        return "\n".join(lines) + "\n"
+
+    def mix(self) -> str:
+        m = self.run.manifest
+        lines = ["## Mix composition\n"]
+        if not m:
+            return "\n".join(lines + ["No mixer manifest was given (`cuvee card RUN_DIR --mix MANIFEST`), so this card describes the filtered documents only.\n"])
+        lines.append(self.img("mix", "Mix composition: target vs realised tokens"))
+        rows = []
+        for s in m.get("sources") or []:
+            t, r = s.get("target_tokens"), s.get("realised_tokens")
+            rows.append([f"`{s.get('name')}`", f"{float(s.get('weight', 0)):.3f}", n(t), n(r), pct(r, t) if t else "–", n(s.get("documents")), n(s.get("documents_used")), n(s.get("available_tokens")), f"{float(s['epochs']):.2f}" if s.get("epochs") is not None else "–"])
+        lines.append(table(["source", "weight", "target tokens", "realised tokens", "realised / target", "documents available", "documents drawn", "available tokens", "epochs"], rows))
+        shards = m.get("shards") or []
+        lines.append(
+            f"\nMix `{m.get('name', '?')}` (seed {m.get('seed', '?')}): target {n(m.get('target_tokens'))} tokens, "
+            f"realised {n(m.get('total_tokens'))} tokens in {len(shards)} Megatron indexed shard(s) (`{m.get('dtype', '?')}`)"
+            + (f", config SHA-256 `{m['config_sha256']}`" if m.get("config_sha256") else "")
+            + ". Token counts in this section are exact (counted by the mixer's tokenizer)."
+        )
+        if shards:
+            lines.append("\n" + table(["shard", "documents", "tokens"], [[f"`{s.get('prefix')}`", n(s.get("documents")), n(s.get("tokens"))] for s in shards[:50]]))
+        return "\n".join(lines) + "\n"
+
+    def tokenizer(self) -> str:
+        lines = ["## Tokenizer\n"]
+        tok = (self.run.manifest or {}).get("tokenizer")
+        if tok:
+            lines.append(table(["field", "value"], [[k, v] for k, v in tok.items()]))
+            lines.append(f"\nThe mix was tokenized with `{tok.get('name', '?')}` ({tok.get('kind', '?')}); each document ends with the EOS token.")
+        else:
+            lines.append("This card has no mixer manifest, so the data is untokenized text.")
+        if self.prof.tokens_est:
+            how = "all" if self.prof.tokens_exact else f"the first {n(self.prof.tokenized_docs)}"
+            lines.append(
+                f"\nToken estimates elsewhere in this card use tiktoken `{self.prof.tokenizer}` on {how} output documents"
+                + ("" if self.prof.tokens_exact else ", extrapolated by characters")
+                + f" ({n(self.prof.tokens_est)} tokens, {self.prof.chars / self.prof.tokens_est:.2f} characters per token)."
+            )
+        return "\n".join(lines) + "\n"
+
+    def limitations(self) -> str:
+        names = " ".join(s.name.lower() for s in self.run.stages)
+        langs = self.languages
+        total = sum(langs.values()) or 1
+        top_lang, top_n = max(langs.items(), key=lambda kv: kv[1]) if langs else ("?", 0)
+        b = [
+            "Common Crawl over-represents some languages, regions and kinds of sites (those that are linked to and allow crawling); this data inherits that skew"
+            + (f": `{top_lang}` alone is {pct(top_n, total)} of documents." if langs else "."),
+        ]
+        b.append(
+            "Language identification is unreliable on short, mixed-language or boilerplate-heavy pages; some documents carry the wrong `language` label."
+            if langs else "No language identification ran: documents of every language are mixed, unlabelled."
+        )
+        if any(w in names for w in ("gopher", "c4", "fineweb", "llama")) and len(langs) > 1:
+            b.append("The heuristic quality filters (Gopher / C4 / FineWeb style) were designed and tuned on English; they may remove more good text in other languages.")
+        if self.prof.scores and any(k for k in self.prof.scores if k != "language_score"):
+            b.append("Model-based quality scores favour the style of their training data (e.g. encyclopedic or educational prose) and may under-represent informal, regional or minority-dialect writing.")
+        if not any(is_dedup_stage(s) for s in self.run.stages):
+            b.append("No deduplication ran: duplicates and near-duplicates remain.")
+        if not any(w in names for w in ("pii", "email", "anonym")):
+            b.append("No PII removal stage ran: e-mail addresses, phone numbers and names present on the crawled pages remain in the text.")
+        if "url" in names:
+            b.append("URL block lists are incomplete: some adult, spam or malicious pages pass, and some benign pages on listed domains were removed.")
+        else:
+            b.append("No URL block list ran: adult, spam and malicious sites were not filtered by domain.")
+        if self.prof.domains:
+            top10 = sum(v for _, v in self.prof.domains.most_common(10))
+            b.append(f"Domain concentration: the 10 most frequent hosts hold {pct(top10, self.prof.documents)} of documents.")
+        if self.prof.documents < 1000:
+            b.append(f"The dataset is tiny ({n(self.prof.documents)} documents): the distributions above are noisy.")
+        if not self.run.complete:
+            b.append("This is a partial run: stages that did not report are not reflected in the numbers.")
+        if self.prof.unreadable:
+            b.append(f"{len(self.prof.unreadable)} output file(s) could not be read and are missing from the score and token figures: " + "; ".join(self.prof.unreadable[:5]))
+        b += [f"Loader note: {x}" for x in self.run.notes]
+        b.append("Text is taken as published on the web: it contains factual errors, opinions, offensive content and copyrighted material; users are responsible for their use of it.")
+        return "## Known limitations and biases\n\n" + "\n".join(f"- {x}" for x in b) + "\n"
+
+    def citation(self) -> str:
+        key = re.sub(r"[^a-z0-9]+", "_", self.run.name.lower()).strip("_") or "dataset"
+        year = str(self.stats.get("finished") or self.stats.get("started") or _dt.date.today().isoformat())[:4]
+        return (
+            "## Citation\n\n```bibtex\n"
+            f"@misc{{{key}_{year},\n  title = {{{self.run.name}: a Common Crawl pretraining dataset built with cuvee}},\n"
+            f"  year = {{{year}}},\n  note = {{cuvee {self.stats.get('cuvee_version', '')}, recipe sha256 {self.stats.get('recipe_sha256', 'unknown')}}}\n}}\n```\n\n"
+            "The processing follows the design of FineWeb; please also cite it and Common Crawl:\n\n```bibtex\n"
+            "@inproceedings{penedo2024fineweb,\n  title = {The FineWeb Datasets: Decanting the Web for the Finest Text Data at Scale},\n"
+            "  author = {Guilherme Penedo and Hynek Kydl{\\'\\i}{\\v{c}}ek and Loubna Ben allal and Anton Lozhkov and Margaret Mitchell and Colin Raffel and Leandro Von Werra and Thomas Wolf},\n"
+            "  booktitle = {The Thirty-eighth Conference on Neural Information Processing Systems Datasets and Benchmarks Track},\n  year = {2024}\n}\n"
+            "@misc{commoncrawl,\n  title = {Common Crawl},\n  howpublished = {\\url{https://commoncrawl.org}}\n}\n```\n"
+        )
+
+    def render(self) -> str:
+        parts = [
+            self.title(), self.partial_banner(), self.summary(), self.sources(), self.processing(), self.funnel(),
+            self.language(), self.dedup(), self.scores(), self.mix(), self.tokenizer(), self.limitations(), self.citation(),
+        ]
+        return "\n".join(p for p in parts if p)
