@@ -43,9 +43,12 @@ def build_executor(job: Job, cfg, depends=None, recipe_name: str = "cuvee"):
         )
     if isinstance(cfg, RayExecutorConfig):
         try:
-            import ray  # noqa: F401
+            import ray
         except ImportError:
-            raise RuntimeError("executor.kind=ray needs the 'ray' package: pip install 'ray[default]'") from None
+            raise RuntimeError("executor.kind=ray needs the 'ray' package: pip install 'cuvee[ray]'") from None
+        if not ray.is_initialized():
+            ray.init(address=cfg.address, num_cpus=cfg.num_cpus if cfg.address is None else None,
+                     include_dashboard=False, log_to_driver=False)
         from datatrove.executor.ray import RayPipelineExecutor
 
         return RayPipelineExecutor(

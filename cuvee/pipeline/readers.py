@@ -323,7 +323,8 @@ class CommonCrawlReader(BaseDiskReader):
     def _doc(self, rec_id: str, text: str, payload: bytes | None, meta: dict, ctx: dict) -> Document:
         if ctx.get("cc_snapshot"):
             meta["cc_snapshot"] = ctx["cc_snapshot"]
-        media = [Media(id=RAW_PAYLOAD_ID, type=MediaType.DOCUMENT, url=meta.get("url") or "", media_bytes=payload)] if payload is not None else []
+        media = [Media(id=RAW_PAYLOAD_ID, type=MediaType.DOCUMENT, url=meta.get("url") or "", media_bytes=payload,
+                       metadata={"format": "http_payload"})] if payload is not None else []
         doc = Document(text=text, id=rec_id, media=media, metadata={k: v for k, v in meta.items() if v is not None})
         if self.default_metadata:
             doc.metadata = self.default_metadata | doc.metadata
@@ -340,19 +341,34 @@ class CommonCrawlReader(BaseDiskReader):
             int(WarcRecordType.revisit): "revisit", int(WarcRecordType.continuation): "continuation",
         }
         pending: Document | None = None  # a response waiting for its CC 'metadata' record (CLD2 languages)
-        it = ArchiveIterator(raw, record_types=WarcRecordType.any_type, parse_http=False, quirks_mode=True, fsspec_args=False)
+        last_pos, last_len, tail_checked = 0, -1, False
+        start = 0
+
+        def open_at(pos: int):
+            raw.seek(pos)
+            return ArchiveIterator(raw, record_types=WarcRecordType.any_type, parse_http=False, fsspec_args=False)
+
+        it = open_at(0)
         try:
             while True:
                 try:
                     record = next(it)
                 except StopIteration:
                     break
-                except Exception as e:  # unparseable header: FastWARC cannot resynchronise inside the file
-                    logger.warning(f"{ctx['file']}: malformed WARC record, rest of file skipped ({type(e).__name__}: {e})")
+                except Exception as e:  # unparseable header: count it, then resynchronise at the next record start
                     self._drop("malformed_record")
-                    break
+                    nxt = _next_record_start(raw, max(last_pos, start) + 1)
+                    logger.warning(f"{ctx['file']}: malformed WARC record after offset {last_pos} ({type(e).__name__}: {e}); "
+                                   + (f"resuming at offset {nxt}" if nxt is not None else "no further record, rest of file skipped"))
+                    if nxt is None:
+                        tail_checked = True
+                        break
+                    start, last_len = nxt, -1
+                    it = open_at(nxt)
+                    continue
                 rtype = type_names.get(int(record.record_type), "unknown")
                 headers = record.headers
+                last_pos, last_len = record.stream_pos, record.content_length
                 if rtype == "metadata" and pending is not None and headers.get("WARC-Concurrent-To") == pending.metadata.get("warc_record_id"):
                     try:
                         pending.metadata.update(parse_cc_metadata_block(record.reader.read()))
@@ -373,10 +389,12 @@ class CommonCrawlReader(BaseDiskReader):
                 except Exception as e:
                     logger.warning(f"{ctx['file']}: unreadable record body, rest of file skipped ({type(e).__name__}: {e})")
                     self._drop("truncated_file")
+                    tail_checked = True
                     break
                 if len(block) < length:
                     logger.warning(f"{ctx['file']}: truncated file: record {headers.get('WARC-Record-ID')} has {len(block)} of {length} bytes")
                     self._drop("truncated_file")
+                    tail_checked = True
                     break
                 if rtype == "warcinfo":
                     m = _SNAPSHOT_RE.search(block[:4096].decode("utf-8", "replace"))
@@ -396,6 +414,12 @@ class CommonCrawlReader(BaseDiskReader):
                 else:
                     self.stat_update("total")
                     yield doc
+            if not tail_checked:
+                # FastWARC ends silently at a cut gzip member or a cut header: look at what follows the last record
+                problem = _unread_tail(raw, last_pos, last_len)
+                if problem:
+                    logger.warning(f"{ctx['file']}: {problem} after offset {last_pos}; counted as one truncated file")
+                    self._drop("truncated_file")
             if pending is not None:
                 doc, pending = pending, None
                 self.stat_update("total")
@@ -497,6 +521,75 @@ class CommonCrawlReader(BaseDiskReader):
             }
             self.stat_update("total")
             yield self._doc(rec_id, "", body, meta, ctx)
+
+
+def _next_record_start(raw: IO[bytes], after: int, chunk: int = 1 << 24) -> int | None:
+    """Offset of the next WARC record at or after ``after``: a gzip member that starts with ``WARC/``, or a ``WARC/1.x`` line."""
+    raw.seek(0)
+    gz = raw.read(2) == b"\x1f\x8b"
+    pos = after
+    while True:
+        raw.seek(pos)
+        buf = raw.read(chunk + 16)
+        if not buf:
+            return None
+        i = 0
+        while True:
+            if gz:
+                i = buf.find(b"\x1f\x8b\x08", i)
+            else:
+                j = buf.find(b"\nWARC/", i)
+                i = -1 if j == -1 else j + 1
+            if i == -1 or i >= chunk:
+                break
+            if not gz:
+                return pos + i
+            try:
+                head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(buf[i : i + 4096], 16)
+            except zlib.error:
+                head = b""
+            if head.startswith(b"WARC/"):
+                return pos + i
+            i += 1
+        if len(buf) <= chunk:
+            return None
+        pos += chunk
+
+
+def _unread_tail(raw: IO[bytes], last_pos: int, last_len: int) -> str | None:
+    """Why the bytes after the last record FastWARC returned are not a clean end of file, or None.
+
+    gzip: every member from the last record's offset on must decompress completely. Plain: after the last
+    record's header + ``Content-Length`` + CRLFCRLF only whitespace may remain. Unseekable streams: None.
+    """
+    try:
+        raw.seek(last_pos)
+        rest = raw.read()
+    except Exception:
+        return None
+    if not rest.strip():
+        return None
+    if rest[:2] == b"\x1f\x8b":
+        data = rest
+        while data:
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            try:
+                d.decompress(data)
+            except zlib.error:
+                return "corrupt gzip data"
+            if not d.eof:
+                return "gzip member cut short"
+            data = d.unused_data.lstrip(b"\x00\r\n")
+            if data and data[:2] != b"\x1f\x8b":
+                return "trailing non-gzip bytes"
+        return None
+    if last_len < 0:  # no record read at all
+        return "no readable WARC record" if rest.strip() else None
+    head_end = rest.find(b"\r\n\r\n")
+    if head_end == -1:
+        return "record header cut short"
+    leftover = rest[head_end + 4 + last_len :]
+    return "unreadable bytes" if leftover.strip() else None
 
 
 def _parse_arc_header(fields: list[str], version: int):

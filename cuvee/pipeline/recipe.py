@@ -67,6 +67,8 @@ class SlurmExecutorConfig(_Strict):
 
 class RayExecutorConfig(_Strict):
     kind: Literal["ray"]
+    address: str | None = Field(None, description="Ray cluster address; default: start a local Ray")
+    num_cpus: int | None = Field(None, ge=1, description="CPUs of a locally started Ray")
     tasks: int = Field(ge=1)
     workers: int = Field(-1, ge=-1)
     cpus_per_task: int = Field(1, ge=1)

@@ -72,6 +72,11 @@ class LanguagePrefilter(PipelineStep):
         self.min_chars = min_chars
         self._model = None
 
+    def __getstate__(self):  # executors copy/pickle steps: never ship the loaded model
+        state = self.__dict__.copy()
+        state["_model"] = None
+        return state
+
     def score(self, text: str) -> float:
         """Summed fastText probability of the wanted languages."""
         if self._model is None:

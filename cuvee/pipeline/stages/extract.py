@@ -33,11 +33,21 @@ from pydantic import Field
 from cuvee.pipeline.registry import BuildContext, StageParams, register_stage
 
 
-class ExtractionTimeout(Exception):
-    """Raised by the SIGALRM handler inside the extraction call."""
+class ExtractionTimeout(BaseException):
+    """Raised by the SIGALRM handler inside the extraction call.
+
+    A BaseException on purpose: trafilatura wraps parsing in broad ``except Exception`` blocks that would
+    swallow an ordinary exception and carry on extracting. ``_alarm_fired`` also records the alarm, so a
+    timeout that is swallowed anyway is still counted as one.
+    """
+
+
+_alarm_fired = False
 
 
 def _on_alarm(signum, frame):
+    global _alarm_fired
+    _alarm_fired = True
     raise ExtractionTimeout()
 
 
@@ -71,6 +81,9 @@ class TrafilaturaExtract(PipelineStep):
 
         return extract(html, url=url, **self.kwargs)
 
+    def _extract_html(self, html: str) -> str | None:
+        return self._extract(html, None)
+
     def _prepare(self, doc: Document) -> str | None:
         """The HTML to extract, or None for documents that pass through (WET text)."""
         if doc.metadata.get("warc_type") == "conversion":
@@ -95,24 +108,27 @@ class TrafilaturaExtract(PipelineStep):
 
             with ExtractorSandbox(timeout=self.timeout_s, warmup_text="") as sandbox:
                 def call(html: str, url: str | None):
-                    try:
-                        return sandbox.process_document(html, lambda t: self._extract(t, url))
+                    try:  # the sandbox binds its function once per worker process, so no per-document url here
+                        return sandbox.process_document(html, self._extract_html)
                     except TimeoutError:
                         raise ExtractionTimeout() from None
 
                 yield from self._run(data, call)
 
     def _timed_call(self, html: str, url: str | None) -> str | None:
+        global _alarm_fired
+        _alarm_fired = False
         try:
             signal.setitimer(signal.ITIMER_REAL, self.timeout_s)
             try:
-                return self._extract(html, url)
+                out = self._extract(html, url)
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
-        except ExtractionTimeout:
-            raise
         except RecursionError as e:  # deeply nested DOMs
             raise RuntimeError(f"recursion: {e}") from None
+        if _alarm_fired:
+            raise ExtractionTimeout()
+        return out
 
     def _run(self, data: DocumentsPipeline, call) -> DocumentsPipeline:
         for doc in data:

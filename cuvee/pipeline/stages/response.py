@@ -135,8 +135,6 @@ class ResponseCheck(PipelineStep):
             return "http_status"
         if not payload.strip():
             return "empty"
-        if is_binary(payload):
-            return "binary"
         ctype = (md.get("content_type") or "").split(";", 1)[0].strip().lower()
         detected = (md.get("payload_type") or "").strip().lower()
         # CC's own payload detection wins over server headers (servers often lie, e.g. text/plain for HTML)
@@ -145,6 +143,8 @@ class ResponseCheck(PipelineStep):
             return "content_type"
         if not mime and not looks_like_html(payload):
             return "content_type"
+        if is_binary(payload):
+            return "binary"
         text, enc, source = decode_html(payload, md.get("content_type") or "")
         if not text.strip():
             return "empty"
