@@ -112,7 +112,10 @@ def one_node_cluster(workdir: Path, cpus: int | None = None):
         subprocess.run(["scancel", "--full", "-u", "root"], capture_output=True)
         _kill_pidfile(d / "slurmd.pid")
         _kill_pidfile(d / "slurmctld.pid")
+        # daemons do not always leave their pid files; match them by this cluster's config path
+        subprocess.run(["pkill", "-f", f"slurm(ctld|d) -f {conf}"], capture_output=True)
         time.sleep(1)
+        subprocess.run(["pkill", "-9", "-f", f"slurm(ctld|d) -f {conf}"], capture_output=True)
         if started_munge:
             subprocess.run(["pkill", "-x", "munged"], capture_output=True)
         if old is None:
