@@ -16,6 +16,7 @@ LAZY_COMMANDS = {
     "classify": ("cuvee.classifiers.cli:classify", "Train, evaluate and apply quality / topic classifiers."),
     "train": ("cuvee.train.cli:train", "Train a small Llama-style model on mixer shards."),
     "anneal": ("cuvee.train.cli:anneal", "Annealing ablation: candidate vs control mix from a checkpoint."),
+    "dedup": ("cuvee.dedup.cli:dedup_cli", "Run one dedup stage on files; S-curve of MinHash settings."),
     "card": ("cuvee.card.cli:card", "Write a Hugging Face dataset card (Markdown + HTML + plots) for a run."),
 }
 

@@ -150,9 +150,12 @@ def collect_stats(jobs: list[Job], recipe, run_dir: Path, started: str | None = 
         current = docs_out
         name = label.split(".", 1)[1]
         chars = st["steps"][-1].get("doc_len", 0) if st["steps"] else 0
+        # free-form counters are summed over the stage's steps; the flow counters describe the stage as a whole
+        counters = {k: int(v) for k, v in c.items() if k not in ("total", "forwarded", "dropped")}
+        counters.update(total=docs_in, forwarded=docs_out, dropped=n_drop)
         funnel.append({"name": name, "label": label, "params": stage_params.get(label, {}), "docs_in": docs_in,
                        "docs_out": docs_out, "dropped": reasons, "time_s": round(st["time_s"], 3),
-                       "chars_out": int(chars), "counters": {k: int(v) for k, v in c.items()}})
+                       "chars_out": int(chars), "counters": counters})
         by_reason.update({f"{name}/{k}": v for k, v in reasons.items()})
 
     dropped_total = sum(by_reason.values())

@@ -7,7 +7,6 @@ later documents whose metadata has other keys.
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
@@ -73,12 +72,13 @@ def exclusion_writer(path: str):
 
 
 def intermediate_writer(folder: Path):
-    """Between segments: one file per rank so the next segment's rank r reads exactly what rank r wrote."""
-    return JsonlWriter(str(folder), output_filename="${rank}.jsonl.gz", adapter=_jsonl_adapter)
+    """Between segments: one file per rank so the next segment's rank r reads exactly what rank r wrote.
+    Uncompressed: these files live for one run and gzip cost as much as a MinHash signature."""
+    return JsonlWriter(str(folder), output_filename="${rank}.jsonl", adapter=_jsonl_adapter, compression=None)
 
 
 class RankFileReader(PipelineStep):
-    """Reads back exactly ``<folder>/<rank>.jsonl.gz`` (datatrove's readers shard by sorted file list,
+    """Reads back exactly ``<folder>/<rank>.jsonl`` (datatrove's readers shard by sorted file list,
     which shifts files between ranks when a rank wrote nothing)."""
 
     name = "🔁 intermediate reader"
@@ -91,10 +91,10 @@ class RankFileReader(PipelineStep):
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         if data:
             yield from data
-        path = self.folder / f"{rank:05d}.jsonl.gz"
+        path = self.folder / f"{rank:05d}.jsonl"
         if not path.exists():
             return
-        with gzip.open(path, "rt", encoding="utf-8") as f:
+        with open(path, "rt", encoding="utf-8") as f:
             for line in f:
                 row = json.loads(line)
                 self.stat_update("total")

@@ -11,9 +11,11 @@ Settings follow datatrove's ``Trafilatura`` extractor as used for FineWeb: ``fav
 
 Why an in-process timer: datatrove runs the extractor in a sandbox process and ships every page through a
 pipe (pickling the HTML twice); when the sandbox cannot start (e.g. ``lxml_html_clean`` missing) every
-document is silently counted as a timeout. Here a ``SIGALRM`` interval timer (``setitimer``) interrupts
-the extraction in the same process; this needs the main thread, which is where datatrove's local, Slurm
-and Ray executors run a task. Outside the main thread the step falls back to datatrove's sandbox process.
+document is silently counted as a timeout. Here an interval timer (``setitimer``) interrupts the
+extraction in the same process; this needs the main thread, which is where datatrove's local, Slurm and
+Ray executors run a task. Outside the main thread the step falls back to datatrove's sandbox process.
+The default timer counts *CPU* time of the process (``ITIMER_PROF``/``SIGPROF``), so a busy shared node
+does not turn slow-but-normal pages into timeouts; ``timer="wall"`` uses ``ITIMER_REAL``/``SIGALRM``.
 
 Input: ``doc.text`` holding HTML (from ``response_check``); a document still carrying the reader's raw
 payload is decoded first (same rules as ``response_check``). WET ``conversion`` records are already text
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from typing import Literal
 
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
@@ -34,7 +37,7 @@ from cuvee.pipeline.registry import BuildContext, StageParams, register_stage
 
 
 class ExtractionTimeout(BaseException):
-    """Raised by the SIGALRM handler inside the extraction call.
+    """Raised by the timer's signal handler inside the extraction call.
 
     A BaseException on purpose: trafilatura wraps parsing in broad ``except Exception`` blocks that would
     swallow an ordinary exception and carry on extracting. ``_alarm_fired`` also records the alarm, so a
@@ -66,8 +69,12 @@ class TrafilaturaExtract(PipelineStep):
         deduplicate: bool = True,
         include_tables: bool = True,
         fast: bool = False,
+        timer: str = "cpu",
     ):
         super().__init__()
+        if timer not in ("cpu", "wall"):
+            raise ValueError(f"timer must be 'cpu' or 'wall', got {timer!r}")
+        self.timer = timer
         self.timeout_s = timeout_s
         self.max_input_chars = max_input_chars
         self.kwargs = dict(
@@ -98,10 +105,13 @@ class TrafilaturaExtract(PipelineStep):
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         in_main = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
         if in_main:
-            previous = signal.signal(signal.SIGALRM, _on_alarm)
-            yield from self._run(data, self._timed_call)
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+            self._itimer, sig = (signal.ITIMER_PROF, signal.SIGPROF) if self.timer == "cpu" else (signal.ITIMER_REAL, signal.SIGALRM)
+            previous = signal.signal(sig, _on_alarm)
+            try:
+                yield from self._run(data, self._timed_call)
+            finally:
+                signal.setitimer(self._itimer, 0)
+                signal.signal(sig, previous)
         else:
             logger.info("extract: not in the main thread, using datatrove's sandbox process for the time limit")
             from datatrove.pipeline.extractors.base import ExtractorSandbox
@@ -119,11 +129,11 @@ class TrafilaturaExtract(PipelineStep):
         global _alarm_fired
         _alarm_fired = False
         try:
-            signal.setitimer(signal.ITIMER_REAL, self.timeout_s)
+            signal.setitimer(self._itimer, self.timeout_s)
             try:
                 out = self._extract(html, url)
             finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.setitimer(self._itimer, 0)
         except RecursionError as e:  # deeply nested DOMs
             raise RuntimeError(f"recursion: {e}") from None
         if _alarm_fired:
@@ -172,6 +182,7 @@ class ExtractParams(StageParams):
     deduplicate: bool = Field(True, description="trafilatura's per-process duplicate-paragraph cache (FineWeb: on)")
     include_tables: bool = True
     fast: bool = Field(False, description="trafilatura no_fallback: skip the readability/justext fallbacks (faster, slightly lower recall)")
+    timer: Literal["cpu", "wall"] = Field("cpu", description="measure timeout_s in process CPU time (robust on busy nodes) or wall time")
 
 
 @register_stage("extract", ExtractParams)

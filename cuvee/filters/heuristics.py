@@ -1,0 +1,200 @@
+"""FineWeb's heuristic filters as cuvee stages: thin wrappers over datatrove's own filters.
+
+We do not re-implement Gopher / C4 / FineWeb rules: the stages build datatrove's filters with FineWeb's
+thresholds (datatrove examples/fineweb.py) exposed as parameters. Two things are added:
+
+* ``word_tokenizer: fast`` (default) hands datatrove our :class:`~cuvee.filters.words.FastWordTokenizer`
+  through its supported hook (a ``WordTokenizer`` instance passed as ``language``), instead of spaCy,
+  which is most of the filters' run time; ``spacy`` restores datatrove's behaviour exactly.
+* empty documents are dropped as ``empty`` instead of crashing on a division by zero, and the C4
+  bad-words lists are read from the LDNOOBW copy in ``cuvee/assets`` instead of being downloaded.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from datatrove.pipeline.filters import (
+    C4BadWordsFilter,
+    C4QualityFilter,
+    FineWebQualityFilter,
+    GopherQualityFilter,
+    GopherRepetitionFilter,
+)
+from pydantic import Field
+
+from cuvee.filters.words import make_word_tokenizer
+from cuvee.pipeline.registry import BuildContext, StageParams, register_stage
+
+LDNOOBW_DIR = Path(__file__).resolve().parent.parent / "assets" / "url_lists" / "ldnoobw"
+# C4 pins the English list at LDNOOBW commit 25e679f; the other languages use HEAD 5faf2ba (as datatrove)
+_LDNOOBW_FILES = {"en": "en.c4_commit_25e679f"}
+
+WordTokenizerKind = Literal["fast", "spacy"]
+
+
+class _EmptyGuard:
+    """Mixin: empty or whitespace-only text is dropped as ``empty`` before datatrove's rules divide by 0."""
+
+    def filter(self, doc):
+        if not doc.text or not doc.text.strip():
+            return False, "empty"
+        return super().filter(doc)
+
+
+class CuveeGopherRepetition(_EmptyGuard, GopherRepetitionFilter):
+    name = "👯 Gopher Repetition (cuvee)"
+
+
+class CuveeGopherQuality(_EmptyGuard, GopherQualityFilter):
+    name = "🥇 Gopher Quality (cuvee)"
+
+
+class CuveeC4Quality(_EmptyGuard, C4QualityFilter):
+    name = "⛰ C4 Quality (cuvee)"
+
+
+class CuveeFineWebQuality(_EmptyGuard, FineWebQualityFilter):
+    name = "🍷 FineWeb Quality (cuvee)"
+
+
+class LocalC4BadWords(C4BadWordsFilter):
+    """datatrove's C4 bad-words filter reading the LDNOOBW lists shipped in cuvee (never downloads)."""
+
+    name = "⛰ C4 Badwords (local lists)"
+
+    def __init__(self, *args, lists_dir: str | Path = LDNOOBW_DIR, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lists_dir = Path(lists_dir)
+
+    def _get_badwords(self, lang: str):
+        if lang in self._badwords_regex:
+            return self._badwords_regex[lang]
+        from datatrove.pipeline.filters.c4_filters import _BADWORDS_ALLOWLIST
+
+        path = self.lists_dir / _LDNOOBW_FILES.get(lang, lang)
+        if not path.is_file():
+            if self.fail_on_missing_language:
+                raise ValueError(f"no bad-words list for language {lang!r} in {self.lists_dir}; "
+                                 "set fail_on_missing_language: false to keep such documents unchecked")
+            self._badwords_regex[lang] = None
+            return None
+        words = {w.strip() for w in path.read_text(encoding="utf-8").splitlines() if w.strip()}
+        for allow in _BADWORDS_ALLOWLIST.values():
+            words -= allow
+        alternation = "|".join(re.escape(w) for w in sorted(words))
+        # same construction as datatrove: no word boundaries for scripts written without spaces
+        self._badwords_regex[lang] = (re.compile(alternation) if lang in ("ja", "th", "zh")
+                                      else re.compile(r"(?:\W|^)({})(?:\W|$)".format(alternation)))
+        return self._badwords_regex[lang]
+
+
+# --------------------------------------------------------------------------------------------------
+class _WordsParams(StageParams):
+    word_tokenizer: WordTokenizerKind = Field("fast", description="fast: cuvee's spaCy-like regex splitter; spacy: datatrove's default")
+    language: str = Field("en", description="language of the word tokenizer (spaCy) / stop words")
+
+
+class GopherRepetitionParams(_WordsParams):
+    dup_line_frac: float | None = Field(0.3, ge=0, le=1)
+    dup_para_frac: float | None = Field(0.3, ge=0, le=1)
+    dup_line_char_frac: float | None = Field(0.2, ge=0, le=1)
+    dup_para_char_frac: float | None = Field(0.2, ge=0, le=1)
+    top_n_grams: list[tuple[int, float]] = Field(default_factory=lambda: [(2, 0.2), (3, 0.18), (4, 0.16)])
+    dup_n_grams: list[tuple[int, float]] = Field(
+        default_factory=lambda: [(5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10)])
+
+
+@register_stage("gopher_repetition", GopherRepetitionParams)
+def build_gopher_repetition(p: GopherRepetitionParams, ctx: BuildContext):
+    """Gopher repetition rules (Rae et al. 2021, table A1): duplicated lines/paragraphs and n-grams."""
+    return [CuveeGopherRepetition(
+        dup_line_frac=p.dup_line_frac, dup_para_frac=p.dup_para_frac, dup_line_char_frac=p.dup_line_char_frac,
+        dup_para_char_frac=p.dup_para_char_frac, top_n_grams=tuple(map(tuple, p.top_n_grams)),
+        dup_n_grams=tuple(map(tuple, p.dup_n_grams)), language=make_word_tokenizer(p.word_tokenizer, p.language))]
+
+
+class GopherQualityParams(_WordsParams):
+    min_doc_words: int | None = Field(50, ge=0)
+    max_doc_words: int | None = Field(100_000, ge=0)
+    min_avg_word_length: float | None = Field(3, ge=0)
+    max_avg_word_length: float | None = Field(10, ge=0)
+    max_symbol_word_ratio: float | None = Field(0.1, ge=0)
+    max_bullet_lines_ratio: float | None = Field(0.9, ge=0, le=1)
+    max_ellipsis_lines_ratio: float | None = Field(0.3, ge=0, le=1)
+    max_non_alpha_words_ratio: float | None = Field(0.8, ge=0, le=1, description="min share of words with a letter (datatrove's name)")
+    min_stop_words: int | None = Field(2, ge=0)
+    stop_words: list[str] | None = Field(None, description="default: the, be, to, of, and, that, have, with")
+
+
+@register_stage("gopher_quality", GopherQualityParams)
+def build_gopher_quality(p: GopherQualityParams, ctx: BuildContext):
+    """Gopher quality rules (Rae et al. 2021): word counts and lengths, symbol ratios, bullets, stop words."""
+    return [CuveeGopherQuality(
+        min_doc_words=p.min_doc_words, max_doc_words=p.max_doc_words, min_avg_word_length=p.min_avg_word_length,
+        max_avg_word_length=p.max_avg_word_length, max_symbol_word_ratio=p.max_symbol_word_ratio,
+        max_bullet_lines_ratio=p.max_bullet_lines_ratio, max_ellipsis_lines_ratio=p.max_ellipsis_lines_ratio,
+        max_non_alpha_words_ratio=p.max_non_alpha_words_ratio, min_stop_words=p.min_stop_words,
+        stop_words=p.stop_words, language=make_word_tokenizer(p.word_tokenizer, p.language))]
+
+
+class C4QualityParams(_WordsParams):
+    split_paragraph: bool = True
+    remove_citations: bool = True
+    filter_no_terminal_punct: bool = Field(False, description="FineWeb turns C4's terminal-punctuation line rule off")
+    min_num_sentences: int = Field(5, ge=-1)
+    min_words_per_line: int = Field(3, ge=-1)
+    max_word_length: int = Field(1000, ge=-1)
+    filter_lorem_ipsum: bool = True
+    filter_javascript: bool = True
+    filter_curly_bracket: bool = True
+    filter_policy: bool = True
+
+
+@register_stage("c4_quality", C4QualityParams)
+def build_c4_quality(p: C4QualityParams, ctx: BuildContext):
+    """C4 rules (Raffel et al. 2020) with FineWeb's setting: drops lines (javascript, policy, short) and pages
+    (lorem ipsum, curly brackets, < 5 sentences); rewrites the text to the kept lines."""
+    return [CuveeC4Quality(
+        split_paragraph=p.split_paragraph, remove_citations=p.remove_citations,
+        filter_no_terminal_punct=p.filter_no_terminal_punct, min_num_sentences=p.min_num_sentences,
+        min_words_per_line=p.min_words_per_line, max_word_length=p.max_word_length,
+        filter_lorem_ipsum=p.filter_lorem_ipsum, filter_javascript=p.filter_javascript,
+        filter_curly_bracket=p.filter_curly_bracket, filter_policy=p.filter_policy,
+        language=make_word_tokenizer(p.word_tokenizer, p.language))]
+
+
+class C4BadWordsParams(StageParams):
+    keep_fraction: float = Field(0.0, ge=0, le=1, description="share of bad-word pages kept anyway (C4: 0)")
+    default_language: str = Field("en", description="for documents without metadata['language']")
+    fail_on_missing_language: bool = Field(False, description="false: pages in languages without a list are kept and counted")
+    seed: int | None = None
+
+
+@register_stage("c4_badwords", C4BadWordsParams)
+def build_c4_badwords(p: C4BadWordsParams, ctx: BuildContext):
+    """C4's bad-words page filter with the LDNOOBW lists bundled in cuvee (English at C4's pinned commit)."""
+    return [LocalC4BadWords(keep_fraction=p.keep_fraction, fail_on_missing_language=p.fail_on_missing_language,
+                            seed=p.seed, default_language=p.default_language)]
+
+
+class FineWebQualityParams(_WordsParams):
+    line_punct_thr: float = Field(0.12, ge=0, le=1)
+    line_punct_exclude_zero: bool = False
+    short_line_thr: float = Field(0.67, ge=0, le=1)
+    short_line_length: int = Field(30, ge=0)
+    char_duplicates_ratio: float = Field(0.01, ge=0, le=1)
+    new_line_ratio: float = Field(0.3, ge=0)
+    stop_chars: list[str] | None = Field(None, description="line-final characters; default datatrove's terminal punctuation")
+
+
+@register_stage("fineweb_quality", FineWebQualityParams)
+def build_fineweb_quality(p: FineWebQualityParams, ctx: BuildContext):
+    """FineWeb's own rules (Penedo et al. 2024): line punctuation, short lines, duplicated lines, list-like pages."""
+    return [CuveeFineWebQuality(
+        line_punct_thr=p.line_punct_thr, line_punct_exclude_zero=p.line_punct_exclude_zero,
+        stop_chars=tuple(p.stop_chars) if p.stop_chars is not None else None, short_line_thr=p.short_line_thr,
+        short_line_length=p.short_line_length, char_duplicates_ratio=p.char_duplicates_ratio,
+        new_line_ratio=p.new_line_ratio, language=make_word_tokenizer(p.word_tokenizer, p.language))]
