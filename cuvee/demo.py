@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import click
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,7 +36,9 @@ def run_demo(run_dir: str = "runs/demo", skip_mix: bool = False) -> Path:
         from cuvee.mixer.mix import run_mix
 
         click.secho("2/3 mix: mixes/demo.yaml -> Megatron .bin/.idx shards", bold=True)
-        manifest_dict = run_mix(_locate("mixes/demo.yaml"), out_dir=str(Path(run_dir) / "mix"), overwrite=True)
+        cfg = yaml.safe_load(_locate("mixes/demo.yaml").read_text())
+        cfg["sources"][0]["paths"] = str(Path(run_dir) / "output")  # the pipeline output just written
+        manifest_dict = run_mix(cfg, out_dir=str(Path(run_dir) / "mix"), overwrite=True)
         click.echo(format_plan(manifest_dict))
         manifest = Path(run_dir) / "mix" / "manifest.json"
     click.secho("3/3 dataset card", bold=True)

@@ -63,6 +63,24 @@ class IndexedDatasetWriter:
         self._lengths.append(int(arr.size))
         self.tokens += int(arr.size)
 
+    def add_documents(self, batch, eos_id: int | None = None) -> None:
+        """Many documents in one write (the tokenizer's hot path); ``eos_id`` is appended to each."""
+        if not len(batch):
+            return
+        arrays = [np.asarray(ids) for ids in batch]
+        extra = 0 if eos_id is None else 1
+        lengths = [a.size + extra for a in arrays]
+        flat = np.empty(sum(lengths), dtype=self.dtype)
+        pos = 0
+        for a, n in zip(arrays, lengths):
+            flat[pos : pos + a.size] = a  # one cast+copy per document, straight into the output buffer
+            pos += n
+            if extra:
+                flat[pos - 1] = eos_id
+        self._bin.write(flat.tobytes(order="C"))
+        self._lengths.extend(lengths)
+        self.tokens += int(flat.size)
+
     @property
     def documents(self) -> int:
         return len(self._lengths)

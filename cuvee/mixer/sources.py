@@ -1,0 +1,179 @@
+"""Reading one mix source: pipeline outputs -> filtered texts -> a token cache (one sequence per document).
+
+Why a cache: blending needs every source's exact token count (to plan epochs) and random access to its
+documents (to shuffle and repeat them) - a Megatron-format cache gives both through a memory map.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from cuvee.mixer.config import MixConfigError, SourceConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SourceScan:
+    """Counters for one source: every document read is kept or counted under a reason."""
+
+    name: str
+    files: list[dict] = field(default_factory=list)
+    read: int = 0
+    kept: int = 0
+    chars: int = 0
+    tokens: int = 0  # including one EOS per kept document
+    dropped: dict[str, int] = field(default_factory=dict)
+
+    def drop(self, reason: str) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+
+    def as_dict(self) -> dict:
+        return {"read": self.read, "kept": self.kept, "dropped": dict(sorted(self.dropped.items())), "chars": self.chars}
+
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def resolve_files(src: SourceConfig) -> list[str]:
+    """The source's files, sorted; a missing path is a config error naming the source.
+
+    Relative paths are taken from the working directory; one that does not exist there is retried from the
+    repository root, so the bundled examples (data/curated, runs/...) work from any directory of a checkout.
+    """
+    from cuvee.pipeline.io import expand_paths
+
+    files: list[str] = []
+    for p in src.paths:
+        try:
+            files.extend(expand_paths([p]))
+        except FileNotFoundError as e:
+            alt = REPO_ROOT / p
+            if Path(p).is_absolute() or alt == Path(p).resolve():
+                raise MixConfigError(f"source '{src.name}': {e} (paths: {src.paths})") from None
+            try:
+                files.extend(expand_paths([str(alt)]))
+            except FileNotFoundError:
+                raise MixConfigError(f"source '{src.name}': {e} (paths: {src.paths})") from None
+    return files
+
+
+def file_digest(path: str) -> dict:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return {"path": path, "bytes": os.path.getsize(path), "sha256": h.hexdigest()}
+
+
+def _matches(value: Any, cond: Any) -> bool:
+    if not isinstance(cond, dict):
+        return value == cond
+    for op, ref in cond.items():
+        if op == "exists":
+            ok = (value is not None) == bool(ref)
+        elif value is None:
+            ok = False
+        elif op == "==":
+            ok = value == ref
+        elif op == "!=":
+            ok = value != ref
+        elif op == "in":
+            ok = value in ref
+        elif op == "not_in":
+            ok = value not in ref
+        else:
+            try:
+                ok = {">": value > ref, ">=": value >= ref, "<": value < ref, "<=": value <= ref}[op]
+            except TypeError:
+                ok = False
+        if not ok:
+            return False
+    return True
+
+
+def select_texts(src: SourceConfig, files: list[str], scan: SourceScan) -> Iterator[str]:
+    """Texts of the documents that pass ``where`` and ``min_chars``; the rest are counted in ``scan.dropped``."""
+    from cuvee.pipeline.io import iter_documents
+
+    for doc in iter_documents(files):
+        scan.read += 1
+        meta = doc.metadata or {}
+        failed = next((k for k, cond in src.where.items() if not _matches(meta.get(k), cond)), None)
+        if failed is not None:
+            scan.drop(f"where_{failed}")
+            continue
+        text = doc.text if src.text_key == "text" else meta.get(src.text_key)
+        if not isinstance(text, str):
+            scan.drop(f"no_{src.text_key}")
+            continue
+        if len(text) < max(1, src.min_chars):
+            scan.drop("too_short")
+            continue
+        scan.kept += 1
+        scan.chars += len(text)
+        yield text
+
+
+def _batched(it: Iterator[str], n: int) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for x in it:
+        batch.append(x)
+        if len(batch) == n:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def tokenize_texts(texts, tokenizer, writer, batch_size: int = 512) -> int:
+    """Encode texts in batches (multithreaded backend) and append each document + EOS to ``writer``."""
+    for batch in _batched(iter(texts), batch_size):
+        writer.add_documents(tokenizer.encode_batch_numpy(batch), eos_id=tokenizer.eos_id)
+    return writer.tokens
+
+
+def tokenize_source(src: SourceConfig, files: list[str], tokenizer, cache_prefix: Path, dtype, batch_size: int) -> SourceScan:
+    """Tokenize every selected document (plus EOS) into a Megatron-format cache at ``cache_prefix``."""
+    from cuvee.mixer.indexed import IndexedDatasetWriter
+
+    scan = SourceScan(src.name, files=[file_digest(f) for f in files])
+    with IndexedDatasetWriter(cache_prefix, dtype=dtype) as writer:
+        scan.tokens = tokenize_texts(select_texts(src, files, scan), tokenizer, writer, batch_size)
+    if scan.kept == 0:
+        raise MixConfigError(
+            f"source '{src.name}': no documents left after filtering ({scan.read} read, dropped {scan.dropped}); "
+            f"check paths {src.paths}, where and text_key '{src.text_key}'"
+        )
+    log.info("source %s: %d/%d documents, %d tokens", src.name, scan.kept, scan.read, scan.tokens)
+    return scan
+
+
+def estimate_source(src: SourceConfig, files: list[str], tokenizer, sample_chars: int = 200_000) -> tuple[SourceScan, float]:
+    """Counts and characters without tokenizing the source: tokens are estimated from a chars/token ratio
+    measured on a systematic sample of at most ~``sample_chars`` characters spread over the whole source
+    (every stride-th document; the stride doubles, dropping every other sampled document, when the budget fills)."""
+    scan = SourceScan(src.name, files=[{"path": f, "bytes": os.path.getsize(f)} for f in files])
+    sample: list[str] = []
+    sampled = 0
+    stride = 1
+    per_doc = 2_000
+    for text in select_texts(src, files, scan):
+        if (scan.kept - 1) % stride == 0:
+            sample.append(text[:per_doc])
+            sampled += len(sample[-1])
+            if sampled > sample_chars:
+                sample = sample[::2]
+                sampled = sum(len(t) for t in sample)
+                stride *= 2
+    if scan.kept == 0:
+        raise MixConfigError(f"source '{src.name}': no documents left after filtering ({scan.read} read, dropped {scan.dropped})")
+    sample_tokens = sum(len(x) for x in tokenizer.encode_batch_numpy(sample))
+    chars_per_token = sampled / max(1, sample_tokens)
+    scan.tokens = int(round(scan.chars / chars_per_token)) + scan.kept  # + one EOS per document
+    return scan, chars_per_token
