@@ -1,0 +1,149 @@
+"""Typed model and training configs (YAML -> pydantic), so a bad key fails before any compute is spent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Strict):
+    """Llama-style decoder hyper-parameters (names follow Llama / HF ``LlamaConfig``)."""
+
+    vocab_size: int = Field(..., gt=0)
+    dim: int = Field(..., gt=0)
+    n_layers: int = Field(..., gt=0)
+    n_heads: int = Field(..., gt=0)
+    n_kv_heads: int | None = None  # None = n_heads (no grouping)
+    ffn_dim: int | None = None  # None = Llama rule: 2/3 * 4 * dim rounded up to multiple_of
+    multiple_of: int = 64
+    rope_theta: float = 500_000.0  # Llama 3 value; Llama 2 used 10,000
+    norm_eps: float = 1e-5
+    max_seq_len: int = 4096
+    tie_embeddings: bool = False
+    init_std: float = 0.02
+
+    @model_validator(mode="after")
+    def _check(self):
+        kv = self.kv_heads
+        if self.dim % self.n_heads:
+            raise ValueError(f"dim {self.dim} is not divisible by n_heads {self.n_heads}")
+        if self.n_heads % kv:
+            raise ValueError(f"n_heads {self.n_heads} is not divisible by n_kv_heads {kv}")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim {self.head_dim} must be even for RoPE")
+        return self
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    @property
+    def hidden_dim(self) -> int:
+        if self.ffn_dim:
+            return self.ffn_dim
+        h = int(2 * 4 * self.dim / 3)
+        return self.multiple_of * ((h + self.multiple_of - 1) // self.multiple_of)
+
+
+# Named sizes. ~125M follows GPT-3 small shapes; ~1B follows Llama 3.2 1B (tied embeddings). With cl100k's
+# 100k vocabulary they hold ~152M / ~1.18B parameters (~75M / ~0.97B outside the embedding matrix).
+MODEL_PRESETS: dict[str, dict] = {
+    "tiny": dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=512),
+    "small": dict(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, max_seq_len=1024),
+    "125m": dict(dim=768, n_layers=12, n_heads=12, n_kv_heads=4, max_seq_len=4096, tie_embeddings=True),
+    "1b": dict(dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, ffn_dim=8192, max_seq_len=4096, tie_embeddings=True),
+}
+
+
+class DataConfig(_Strict):
+    """Where the packed loader reads tokens: a mixer output dir (manifest.json), a shard prefix, or a mix YAML."""
+
+    paths: list[str]
+    seq_len: int = Field(256, gt=1)
+    seed: int = 1234
+    add_eos: bool = True  # append the manifest's EOS to documents that do not already end with it
+
+
+class OptimConfig(_Strict):
+    lr: float = Field(3e-4, gt=0)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    warmup_steps: int = Field(0, ge=0)
+    schedule: Literal["cosine", "wsd", "constant", "linear"] = "cosine"
+    decay_frac: float = Field(0.2, gt=0, le=1)  # WSD: fraction of steps spent decaying
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0  # 0 disables clipping
+
+
+class TrainConfig(_Strict):
+    name: str = "train"
+    model: ModelConfig | str | dict = "tiny"  # preset name, preset name + overrides, or full ModelConfig
+    data: DataConfig
+    optim: OptimConfig = OptimConfig()
+    out_dir: str = "runs/train/${name}"
+    steps: int = Field(100, gt=0)
+    micro_batch: int = Field(8, gt=0)
+    grad_accum: int = Field(1, gt=0)
+    seed: int = 0
+    attention: Literal["auto", "sdpa", "flex", "varlen"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 autocast on GPU, fp32 on CPU
+    compile: bool = False
+    loss_chunk_tokens: int = Field(0, ge=0)  # >0: chunked head + loss (large vocabularies on GPU); 0: off
+    log_every: int = Field(10, gt=0)
+    ckpt_every: int = Field(0, ge=0)  # 0: only at the end
+    keep_checkpoints: int = Field(2, ge=1)
+    eval_paths: dict[str, str] = {}  # name -> held-out shard dir/prefix, evaluated at the end (loss, bpb)
+    eval_docs: int = Field(200, gt=0)
+    threads: int = Field(0, ge=0)  # torch CPU threads; 0 = leave torch's default
+
+    def resolved_out_dir(self) -> Path:
+        return Path(self.out_dir.replace("${name}", self.name))
+
+    def resolved_model(self, vocab_size: int | None = None) -> ModelConfig:
+        """Expand a preset name (optionally ``{"preset": name, ...overrides}``) and fill vocab from the data."""
+        m = self.model
+        if isinstance(m, ModelConfig):
+            return m
+        if isinstance(m, str):
+            m = {"preset": m}
+        m = dict(m)
+        preset = m.pop("preset", None)
+        if preset and preset not in MODEL_PRESETS:
+            raise ValueError(f"unknown model preset {preset!r}; known: {sorted(MODEL_PRESETS)}")
+        base = dict(MODEL_PRESETS[preset]) if preset else {}
+        base.update(m)
+        if "vocab_size" not in base:
+            if vocab_size is None:
+                raise ValueError("model.vocab_size is not set and the data manifest gives none")
+            base["vocab_size"] = vocab_size
+        return ModelConfig(**base)
+
+
+def load_train_config(path: str | Path, overrides: dict | None = None) -> TrainConfig:
+    """Read a YAML train config; relative data/eval paths are resolved against the current directory."""
+    raw = yaml.safe_load(Path(path).read_text())
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a mapping at top level")
+    for key, value in (overrides or {}).items():
+        _set_dotted(raw, key, value)
+    return TrainConfig(**raw)
+
+
+def _set_dotted(d: dict, dotted: str, value) -> None:
+    keys = dotted.split(".")
+    for k in keys[:-1]:
+        d = d.setdefault(k, {})
+    d[keys[-1]] = value

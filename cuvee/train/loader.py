@@ -1,0 +1,208 @@
+"""Packed, document-masked, resumable batches over Megatron shards.
+
+Documents are read in a per-epoch O(1)-memory shuffled order (:class:`FeistelPermutation`), EOS-terminated,
+and concatenated into rows of ``seq_len`` tokens (nanoGPT-style: row tokens ``p..p+S`` give inputs ``p..p+S-1``
+and targets ``p+1..p+S``; the next row starts at ``p+S``). Each row carries:
+
+* ``doc_ids``       segment index per token (unique within the row): attention never crosses a document;
+* ``position_ids``  restart at 0 at every document (and at the start of a row for a document continued
+                    from the previous row, whose earlier part is out of reach anyway);
+* ``labels``        the next token, or ``IGNORE_INDEX`` where the next token starts a new document
+                    (predicting a document's first token from the previous document is noise);
+* ``cu_seqlens``    segment boundaries over the flattened batch, for varlen attention kernels;
+* ``doc_index``     global document index per token (per-document evaluation, bootstrap).
+
+Sharding across data-parallel ranks: rank r reads positions r, r+W, r+2W, ... of each epoch's permutation.
+The state (epoch, cursor, offset into the current document) is three integers, so a restart resumes with
+exactly the batches an uninterrupted run would have produced.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import xxhash
+
+from cuvee.train.permutation import FeistelPermutation
+from cuvee.train.shards import ShardSet
+
+log = logging.getLogger(__name__)
+IGNORE_INDEX = -100
+
+
+@dataclass
+class _Cursor:
+    epoch: int = 0
+    cursor: int = 0  # index into this rank's share of the epoch's document order
+    offset: int = 0  # tokens of the current document already consumed
+
+    def copy(self) -> "_Cursor":
+        return _Cursor(self.epoch, self.cursor, self.offset)
+
+
+class PackedLoader:
+    def __init__(
+        self,
+        shards: ShardSet,
+        seq_len: int,
+        batch_size: int,
+        seed: int = 1234,
+        rank: int = 0,
+        world_size: int = 1,
+        add_eos: bool = True,
+        shuffle: bool = True,
+        epochs: int | None = None,
+        doc_limit: int | None = None,
+    ):
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} outside world size {world_size}")
+        if shards.num_documents < world_size:
+            raise ValueError(f"{shards.num_documents} documents cannot feed {world_size} ranks")
+        if add_eos and shards.eos_id is None:
+            raise ValueError("add_eos needs the tokenizer's eos_id (manifest.json) - or set add_eos: false")
+        self.shards, self.seq_len, self.batch_size = shards, seq_len, batch_size
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.add_eos, self.shuffle, self.epochs = add_eos, shuffle, epochs
+        self.num_documents = min(shards.num_documents, doc_limit or shards.num_documents)  # eval: first k docs
+        self.state = _Cursor()
+        self.skipped_empty = 0
+        self.batches = 0
+        self._perm: FeistelPermutation | None = None
+        self._perm_epoch = -1
+        self._doc_cache: tuple[int, int, np.ndarray] | None = None  # (epoch, cursor, tokens)
+
+    # ---- document order -------------------------------------------------------------------
+    def _docs_per_epoch(self) -> int:
+        n, w, r = self.num_documents, self.world_size, self.rank
+        return (n - r + w - 1) // w
+
+    def document_at(self, epoch: int, cursor: int) -> int:
+        """Global document index read by this rank at (epoch, cursor)."""
+        j = self.rank + cursor * self.world_size
+        if not self.shuffle:
+            return j
+        if self._perm_epoch != epoch:
+            epoch_seed = xxhash.xxh64_intdigest(f"{self.seed}:{epoch}".encode())
+            self._perm, self._perm_epoch = FeistelPermutation(self.num_documents, epoch_seed), epoch
+        return self._perm[j]
+
+    def _tokens(self, st: _Cursor) -> tuple[int, np.ndarray]:
+        key = (st.epoch, st.cursor)
+        if self._doc_cache is None or self._doc_cache[:2] != key:
+            doc = self.document_at(st.epoch, st.cursor)
+            toks = self.shards.document(doc)
+            eos = self.shards.eos_id
+            if self.add_eos and len(toks) and toks[-1] != eos:
+                toks = np.append(toks, np.asarray(eos, dtype=toks.dtype))
+            self._doc_cache = (st.epoch, st.cursor, toks, doc)
+        return self._doc_cache[3], self._doc_cache[2]
+
+    def _advance_doc(self, st: _Cursor) -> None:
+        st.cursor, st.offset = st.cursor + 1, 0
+        if st.cursor >= self._docs_per_epoch():
+            st.epoch, st.cursor = st.epoch + 1, 0
+
+    def _exhausted(self, st: _Cursor) -> bool:
+        return self.epochs is not None and st.epoch >= self.epochs
+
+    def _take(self, st: _Cursor, n: int) -> list[tuple[np.ndarray, bool, int]]:
+        """Consume n stream tokens: pieces of (tokens, starts_document, global doc index)."""
+        pieces = []
+        while n > 0 and not self._exhausted(st):
+            doc, toks = self._tokens(st)
+            if len(toks) == 0:
+                self.skipped_empty += 1
+                if self.skipped_empty in (1, 10, 100, 1000) or self.skipped_empty % 10000 == 0:
+                    log.warning("skipped %d empty documents so far", self.skipped_empty)
+                self._advance_doc(st)
+                continue
+            piece = toks[st.offset : st.offset + n]
+            pieces.append((piece, st.offset == 0, doc))
+            n -= len(piece)
+            st.offset += len(piece)
+            if st.offset >= len(toks):
+                self._advance_doc(st)
+        return pieces
+
+    # ---- rows and batches -----------------------------------------------------------------
+    def _row(self):
+        s = self.seq_len
+        pieces = self._take(self.state, s)
+        if not pieces:
+            raise StopIteration
+        peek = self._take(self.state.copy(), 1)  # empty at the end of a finite (eval) pass
+        last_label = IGNORE_INDEX if not peek or peek[0][1] else int(peek[0][0][0])
+        tokens = np.empty(s, dtype=np.int64)
+        labels = np.empty(s, dtype=np.int64)
+        positions = np.empty(s, dtype=np.int64)
+        doc_ids = np.empty(s, dtype=np.int32)
+        doc_index = np.empty(s, dtype=np.int64)
+        at = 0
+        for seg, (piece, _starts, doc) in enumerate(pieces):
+            m = len(piece)
+            tokens[at : at + m] = piece
+            labels[at : at + m - 1] = piece[1:]
+            labels[at + m - 1] = IGNORE_INDEX  # next token belongs to the next document
+            positions[at : at + m] = np.arange(m)
+            doc_ids[at : at + m] = seg
+            doc_index[at : at + m] = doc
+            at += m
+        vocab = self.shards.vocab_size
+        if vocab is not None and at and int(tokens[:at].max()) >= vocab:
+            bad = sorted({int(d) for d, t in zip(doc_index[:at], tokens[:at]) if t >= vocab})
+            raise ValueError(f"token id >= vocab_size {vocab} in document(s) {bad[:5]}: shards and manifest disagree")
+        if at < s:  # only in a finite pass: pad the tail, fully masked
+            tokens[at:], labels[at:], positions[at:] = 0, IGNORE_INDEX, 0
+            doc_ids[at:], doc_index[at:] = len(pieces), -1
+        else:
+            labels[s - 1] = last_label
+        return tokens, labels, positions, doc_ids, doc_index
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        rows = []
+        saved = self.state.copy()
+        try:
+            for _ in range(self.batch_size):
+                rows.append(self._row())
+        except StopIteration:
+            if not rows:
+                self.state = saved
+                raise
+        self.batches += 1
+        cols = [np.stack(c) for c in zip(*rows)]
+        batch = dict(zip(("input_ids", "labels", "position_ids", "doc_ids", "doc_index"), map(torch.from_numpy, cols)))
+        batch["cu_seqlens"], batch["max_seqlen"] = _cu_seqlens(cols[3])
+        return batch
+
+    # ---- resume ---------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        st = self.state
+        return dict(
+            epoch=st.epoch, cursor=st.cursor, offset=st.offset, batches=self.batches, skipped_empty=self.skipped_empty,
+            seed=self.seed, rank=self.rank, world_size=self.world_size, seq_len=self.seq_len,
+            batch_size=self.batch_size, num_documents=self.num_documents, shuffle=self.shuffle,
+        )
+
+    def load_state_dict(self, sd: dict) -> None:
+        now = self.state_dict()
+        for key in ("seed", "rank", "world_size", "seq_len", "batch_size", "num_documents", "shuffle"):
+            if sd.get(key) != now[key]:
+                raise ValueError(f"loader state mismatch on {key}: checkpoint {sd.get(key)!r}, now {now[key]!r}")
+        self.state = _Cursor(sd["epoch"], sd["cursor"], sd["offset"])
+        self.batches, self.skipped_empty = sd["batches"], sd["skipped_empty"]
+        self._doc_cache = None
+
+
+def _cu_seqlens(doc_ids: np.ndarray) -> tuple[torch.Tensor, int]:
+    flat = doc_ids.reshape(-1)
+    starts = np.ones(flat.shape, dtype=bool)
+    starts[1:] = flat[1:] != flat[:-1]
+    starts[:: doc_ids.shape[1]] = True  # every row starts a segment
+    cu = np.append(np.flatnonzero(starts), flat.size).astype(np.int32)
+    return torch.from_numpy(cu), int(np.diff(cu).max())

@@ -1,0 +1,210 @@
+"""The training loop (nanoGPT-style, one readable function): packed document-masked batches, AdamW,
+warmup + cosine/WSD/linear LR, gradient accumulation and clipping, bf16 autocast on GPU, optional
+torch.compile, FSDP2 under torchrun, checkpoints with loader state for exact resume, tokens/s + MFU logs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+from cuvee.train import checkpoint as ckpt
+from cuvee.train import distributed as dist_utils
+from cuvee.train.attention import build_doc_mask, resolve_backend
+from cuvee.train.config import TrainConfig
+from cuvee.train.evaluate import evaluate, public
+from cuvee.train.loader import IGNORE_INDEX, PackedLoader
+from cuvee.train.mfu import flops_per_token, mfu, peak_flops
+from cuvee.train.model import Llama
+from cuvee.train.schedule import lr_at
+from cuvee.train.shards import open_shards
+
+log = logging.getLogger(__name__)
+
+
+def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW; weight decay on matrices only (norm gains are not decayed)."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    o = cfg.optim
+    fused = next(model.parameters()).is_cuda
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": o.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, fused=fused or None,
+    )
+
+
+class JsonlLog:
+    def __init__(self, path: Path, enabled: bool):
+        self.path, self.enabled = path, enabled
+        if enabled:
+            path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, record: dict) -> None:
+        if self.enabled:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+
+def train(cfg: TrainConfig, resume: bool = True, stop_after: int | None = None, init_from: str | Path | None = None,
+          init_optimizer: bool = True, peak_lr: float | None = None, quiet: bool = False) -> dict:
+    """Train per ``cfg``; returns a summary (losses per step, tokens, checkpoints, eval).
+
+    ``resume``: continue from ``<out_dir>/checkpoints`` if there is a checkpoint (exactly, loader included).
+    ``stop_after``: stop once this many total steps are done (simulates an interruption; tests).
+    ``init_from``: start a *new* run from another run's checkpoint weights (and optimizer moments if
+    ``init_optimizer``); step, schedule and data order start fresh - this is what ``cuvee anneal`` does.
+    """
+    info = dist_utils.setup()
+    device = info.device
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    out_dir = cfg.resolved_out_dir()
+    say = (lambda *a: None) if quiet or not info.is_main else (lambda msg: print(msg, flush=True))
+
+    # ---- data and model --------------------------------------------------------------------
+    shards = open_shards(cfg.data.paths)
+    mcfg = cfg.resolved_model(shards.vocab_size)
+    if shards.vocab_size and mcfg.vocab_size < shards.vocab_size:
+        raise ValueError(f"model vocab_size {mcfg.vocab_size} < tokenizer vocab_size {shards.vocab_size}")
+    if cfg.data.seq_len > mcfg.max_seq_len:
+        raise ValueError(f"seq_len {cfg.data.seq_len} exceeds model max_seq_len {mcfg.max_seq_len}")
+    loader = PackedLoader(shards, cfg.data.seq_len, cfg.micro_batch, seed=cfg.data.seed, rank=info.rank,
+                          world_size=info.world_size, add_eos=cfg.data.add_eos)
+    model = Llama(mcfg).to(device)
+    backend = resolve_backend(cfg.attention, device)
+    use_bf16 = cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device.type == "cuda")
+    if info.world_size > 1:
+        dist_utils.shard_model(model, bf16_params=use_bf16)
+    if cfg.compile:
+        for layer in model.layers:  # per-block compile (as torchtitan): small graphs, masks built outside
+            layer.compile()
+    optimizer = build_optimizer(model, cfg)
+    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16 and info.world_size == 1
+                else nullcontext())
+
+    # ---- resume / init ---------------------------------------------------------------------
+    step, tokens_seen, losses = 0, 0, {}
+    latest = ckpt.latest_checkpoint(out_dir) if resume else None
+    if latest is not None:
+        state = ckpt.load_checkpoint(latest)
+        _load_model_and_optim(model, optimizer, state, info, load_optim=True)
+        loader.load_state_dict(state["loader"][info.rank])
+        step, tokens_seen = state["step"], state["tokens_seen"]
+        torch.set_rng_state(state["rng"])
+        say(f"resumed from {latest} at step {step}")
+    elif init_from is not None:
+        state = ckpt.load_checkpoint(init_from)
+        _load_model_and_optim(model, optimizer, state, info, load_optim=init_optimizer)
+        say(f"initialised from {init_from} (step {state['step']})")
+
+    n_params = model.num_params()
+    flops_tok = flops_per_token(model.num_params(exclude_embeddings=True), mcfg.n_layers, mcfg.dim, cfg.data.seq_len)
+    peak = peak_flops(torch.cuda.get_device_name(device) if device.type == "cuda" else None)
+    tokens_per_step = cfg.micro_batch * cfg.data.seq_len * cfg.grad_accum * info.world_size
+    say(f"model {n_params / 1e6:.2f}M params, attention={backend}, device={device}, world={info.world_size}, "
+        f"{tokens_per_step} tokens/step, {flops_tok / 1e6:.1f} MFLOPs/token")
+    jlog = JsonlLog(out_dir / "log.jsonl", info.is_main)
+    if info.is_main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2))
+    last_ckpt = None
+
+    # ---- the loop --------------------------------------------------------------------------
+    model.train()
+    t_last, tokens_last = time.perf_counter(), tokens_seen
+    while step < cfg.steps and (stop_after is None or step < stop_after):
+        lr = lr_at(step, cfg.steps, cfg.optim, peak_lr)  # the schedule, visibly
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+
+        micro = [next(loader) for _ in range(cfg.grad_accum)]
+        # normalise by the number of predicted tokens in the whole (global) step, not per micro-batch:
+        n_valid = torch.tensor(float(sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in micro)), device=device)
+        dist_utils.all_reduce_sum(n_valid, info)
+        loss_sum = torch.zeros((), device=device)
+        for batch in micro:
+            batch = {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
+            mask = build_doc_mask(batch["doc_ids"], backend)
+            with autocast:
+                loss = model(batch["input_ids"], batch["position_ids"], batch["doc_ids"], batch["labels"],
+                             backend=backend, mask=mask, reduction="sum", loss_chunk_tokens=cfg.loss_chunk_tokens)
+            # FSDP averages gradients over ranks; scale by world so the result is the global token mean
+            (loss * info.world_size / n_valid).backward()
+            loss_sum += loss.detach()
+
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        tokens_seen += tokens_per_step
+        step_loss = (dist_utils.all_reduce_sum(loss_sum, info) / n_valid).item()
+        losses[step] = step_loss
+
+        if step % cfg.log_every == 0 or step == cfg.steps or step == 1:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            now = time.perf_counter()
+            tok_s = (tokens_seen - tokens_last) / max(now - t_last, 1e-9)
+            util = mfu(tok_s / info.world_size, flops_tok, peak)
+            rec = {"event": "train", "step": step, "loss": step_loss, "lr": lr, "grad_norm": float(grad_norm),
+                   "tokens": tokens_seen, "tokens_per_s": tok_s, "mfu": util, "time": time.time()}
+            jlog.write(rec)
+            say(f"step {step:6d} | loss {step_loss:.4f} | lr {lr:.2e} | gnorm {float(grad_norm):.3f} | "
+                f"{tok_s:,.0f} tok/s" + (f" | MFU {100 * util:.1f}%" if util is not None else ""))
+            t_last, tokens_last = now, tokens_seen
+
+        if (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == cfg.steps or step == stop_after:
+            last_ckpt = _save(out_dir, step, tokens_seen, model, optimizer, loader, cfg, mcfg, shards, info) or last_ckpt
+
+    # ---- final evaluation ------------------------------------------------------------------
+    eval_results = {}
+    if step >= cfg.steps and cfg.eval_paths and info.world_size == 1:
+        for name, path in cfg.eval_paths.items():
+            res = public(evaluate(model, open_shards(path), cfg.data.seq_len, cfg.micro_batch, cfg.eval_docs,
+                                  backend if backend != "flex" or device.type == "cuda" else "sdpa", device,
+                                  torch.bfloat16 if use_bf16 else None))
+            eval_results[name] = res
+            jlog.write({"event": "eval", "step": step, "source": name, **res})
+            say(f"eval {name}: loss {res['loss']:.4f}" + (f", bpb {res['bpb']:.4f}" if res["bpb"] else ""))
+    dist_utils.teardown(info)
+    return {"out_dir": str(out_dir), "step": step, "tokens": tokens_seen, "losses": losses, "eval": eval_results,
+            "checkpoint": str(last_ckpt) if last_ckpt else None, "params": n_params, "model": mcfg.model_dump()}
+
+
+def _load_model_and_optim(model, optimizer, state: dict, info, load_optim: bool) -> None:
+    if info.world_size == 1:
+        model.load_state_dict(state["model"])
+        if load_optim and state.get("optim"):
+            optimizer.load_state_dict(state["optim"])
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+
+    opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, state["model"], options=opts)
+    if load_optim and state.get("optim"):
+        set_optimizer_state_dict(model, optimizer, state["optim"], options=opts)
+
+
+def _save(out_dir, step, tokens_seen, model, optimizer, loader, cfg, mcfg, shards, info):
+    loader_states = dist_utils.all_gather_objects(loader.state_dict(), info)
+    model_sd = dist_utils.full_state_dict(model, info)
+    if info.world_size == 1:
+        optim_sd = optimizer.state_dict()
+    else:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        optim_sd = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if not info.is_main:
+        return None
+    payload = {"step": step, "tokens_seen": tokens_seen, "model": model_sd, "optim": optim_sd, "loader": loader_states,
+               "rng": torch.get_rng_state(), "config": cfg.model_dump(mode="json"), "model_config": mcfg.model_dump(),
+               "tokenizer": shards.tokenizer}
+    return ckpt.save_checkpoint(out_dir, step, payload, cfg.keep_checkpoints)
