@@ -140,18 +140,19 @@ def load_wordlist(language: str, folder: str = str(LDNOOBW_DIR)) -> tuple[frozen
     return tuples, max((len(t) for t in tuples), default=1), frozenset(t[0] for t in tuples)
 
 
-def count_dirty_words(text: str, language: str) -> tuple[int, int] | None:
-    """(hits, words) for ``text`` against the list of ``language``; None when no list exists."""
+def count_dirty_words(text: str, language: str) -> tuple[int, int, int] | None:
+    """(hits, words, distinct listed entries hit) for ``text`` against the list of ``language``; None when no list exists."""
     wl = load_wordlist(language)
     if wl is None:
         return None
     lowered = text.lower()
     if isinstance(wl, re.Pattern):
-        hits = len(wl.findall(lowered))
-        return hits, max(1, len(lowered) // 2)  # ~2 characters per word in CJK / Thai
+        found = wl.findall(lowered)
+        return len(found), max(1, len(lowered) // 2), len(set(found))  # ~2 characters per word in CJK / Thai
     phrases, longest, first_words = wl
     words = _WORD.findall(lowered)
     hits = 0
+    distinct = set()
     i = 0
     while i < len(words):
         step = 1
@@ -159,21 +160,28 @@ def count_dirty_words(text: str, language: str) -> tuple[int, int] | None:
             i += 1
             continue
         for k in range(min(longest, len(words) - i), 0, -1):
-            if tuple(words[i : i + k]) in phrases:
+            if (cand := tuple(words[i : i + k])) in phrases:
                 hits += 1
+                distinct.add(cand)
                 step = k
                 break
         i += step
-    return hits, len(words)
+    return hits, len(words), len(distinct)
 
 
 class DirtyWordsFilter(BaseFilter):
-    """Drops documents with at least ``min_hits`` listed words that also make up more than ``max_ratio`` of the words."""
+    """Drops documents with at least ``min_hits`` listed words (``min_distinct`` different ones) that also
+    make up more than ``max_ratio`` of the words.
+
+    ``min_distinct`` guards against one innocent word repeated by a template, e.g. "Sex: Male" on every
+    card of an animal-shelter listing (a real WCXB page), which a plain count would drop.
+    """
 
     name = "🦙 dirty words"
 
-    def __init__(self, min_hits: int, max_ratio: float, language_key: str, default_language: str):
+    def __init__(self, min_hits: int, max_ratio: float, language_key: str, default_language: str, min_distinct: int = 2):
         super().__init__()
+        self.min_distinct = min_distinct
         self.min_hits = min_hits
         self.max_ratio = max_ratio
         self.language_key = language_key
@@ -185,15 +193,16 @@ class DirtyWordsFilter(BaseFilter):
         if res is None:
             self.stat_update(f"no_wordlist_{lang}")
             return True
-        hits, words = res
+        hits, words, distinct = res
         doc.metadata["dirty_words"] = hits
-        if hits >= self.min_hits and hits / max(1, words) > self.max_ratio:
+        if hits >= self.min_hits and distinct >= self.min_distinct and hits / max(1, words) > self.max_ratio:
             return False, "dirty_words"
         return True
 
 
 class DirtyWordsParams(StageParams):
     min_hits: int = Field(3, ge=1, description="drop only documents with at least this many listed words ...")
+    min_distinct: int = Field(2, ge=1, description="... of at least this many different listed entries ...")
     max_ratio: float = Field(0.005, ge=0, description="... that are more than this share of all words")
     language_key: str = "language"
     default_language: str = "en"
@@ -202,7 +211,7 @@ class DirtyWordsParams(StageParams):
 @register_stage("dirty_words", DirtyWordsParams)
 def build_dirty_words(p: DirtyWordsParams, ctx: BuildContext):
     """Llama 3 / C4: count LDNOOBW dirty words per language; drop documents dense in them."""
-    return [DirtyWordsFilter(p.min_hits, p.max_ratio, p.language_key, p.default_language)]
+    return [DirtyWordsFilter(p.min_hits, p.max_ratio, p.language_key, p.default_language, p.min_distinct)]
 
 
 # ----------------------------------------------------------------------------------------------------

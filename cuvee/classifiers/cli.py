@@ -1,0 +1,175 @@
+"""``cuvee classify``: train, evaluate and apply quality classifiers (fastText or frozen-encoder + head)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+import numpy as np
+
+
+def _examples(data, positive, negative, text_key, label_key, regression, limit):
+    from cuvee.classifiers.examples import load_labelled, load_sources
+
+    if data and (positive or negative):
+        raise click.UsageError("give --data (labelled files) or --positive/--negative sources, not both")
+    if data:
+        return load_labelled(list(data), text_key, label_key, regression=regression, limit=limit)
+    if not (positive and negative):
+        raise click.UsageError("give --data, or both --positive and --negative")
+    return load_sources(list(positive), list(negative), text_key, limit_per_class=limit)
+
+
+def _kind_of(model: str) -> str:
+    return "transformer" if os.path.isdir(model) and (Path(model) / "head.json").exists() else "fasttext"
+
+
+def _source_options(fn):
+    opts = [
+        click.option("--data", multiple=True, help="labelled JSONL/Parquet files, folders or globs (text + label columns)"),
+        click.option("--positive", multiple=True, help="documents of the positive class (label 'hq')"),
+        click.option("--negative", multiple=True, help="documents of the negative class (label 'lq')"),
+        click.option("--text-key", default="text", show_default=True),
+        click.option("--label-key", default="label", show_default=True),
+        click.option("--limit", type=int, default=None, help="at most this many examples (per class for --positive/--negative)"),
+        click.option("--positive-label", default="hq", show_default=True, help="label whose probability is the score"),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+@click.group("classify")
+def classify():
+    """Train, evaluate and apply document quality classifiers."""
+
+
+@classify.command("train")
+@_source_options
+@click.option("--output", "-o", required=True, help="model file (.bin/.ftz) for fasttext, folder for transformer")
+@click.option("--kind", type=click.Choice(["fasttext", "transformer"]), default="fasttext", show_default=True)
+@click.option("--valid-fraction", type=float, default=0.1, show_default=True, help="held-out share for the reported metrics")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--lr", type=float, default=None, help="fasttext default 0.1 (DCLM); transformer head default 0.01")
+@click.option("--dim", type=int, default=100, show_default=True, help="fasttext embedding size")
+@click.option("--epoch", type=int, default=None, help="fasttext default 5 (DCLM); transformer head default 300 full-batch steps")
+@click.option("--word-ngrams", type=int, default=2, show_default=True)
+@click.option("--bucket", type=int, default=2_000_000, show_default=True, help="fasttext hash buckets for n-grams")
+@click.option("--quantize/--no-quantize", default=False, show_default=True, help="fasttext: quantize (small .ftz)")
+@click.option("--threads", type=int, default=2, show_default=True)
+@click.option("--encoder", default="all-MiniLM-L6-v2", show_default=True, help="transformer: local folder or hub id")
+@click.option("--task", type=click.Choice(["classification", "regression"]), default="classification", show_default=True)
+@click.option("--max-length", type=int, default=256, show_default=True)
+@click.option("--positive-at", type=float, default=None, help="regression: also report binary metrics of label >= this (FineWeb-Edu: 3)")
+def train_cmd(data, positive, negative, text_key, label_key, limit, positive_label, output, kind, valid_fraction, seed,
+              lr, dim, epoch, word_ngrams, bucket, quantize, threads, encoder, task, max_length, positive_at):
+    """Train on labelled files or positive/negative sources; print held-out metrics (also saved to <output>.metrics.json)."""
+    ex = _examples(data, positive, negative, text_key, label_key, kind == "transformer" and task == "regression", limit)
+    if len(ex) < 4:
+        raise click.ClickException(f"only {len(ex)} usable examples (skipped: {ex.skipped})")
+    train, valid = ex.split(valid_fraction, seed)
+    click.echo(f"examples: {len(train)} train, {len(valid)} held out; skipped: {ex.skipped or 'none'}", err=True)
+    if kind == "fasttext":
+        from cuvee.classifiers.fasttext_model import FastTextConfig, evaluate_fasttext, train_fasttext
+
+        cfg = FastTextConfig(lr=lr or 0.1, dim=dim, epoch=epoch or 5, word_ngrams=word_ngrams, bucket=bucket,
+                             threads=threads, seed=seed, quantize=quantize)
+        train_fasttext(train, output, cfg)
+        metrics = evaluate_fasttext(output, valid, positive_label) if len(valid) else {}
+    else:
+        from cuvee.classifiers.transformer_model import evaluate_transformer, train_transformer
+
+        train_transformer(train, output, encoder=encoder, task=task, max_length=max_length, epochs=epoch or 300, lr=lr or 1e-2)
+        metrics = evaluate_transformer(output, valid, positive_label, positive_at=positive_at) if len(valid) else {}
+    report = {"model": str(output), "kind": kind, "train_examples": len(train), "valid_examples": len(valid),
+              "skipped": ex.skipped, "valid_metrics": metrics}
+    metrics_path = (Path(output) / "metrics.json") if kind == "transformer" else Path(str(output) + ".metrics.json")
+    metrics_path.write_text(json.dumps(report, indent=2))
+    click.echo(json.dumps(report, indent=2))
+
+
+@classify.command("eval")
+@click.option("--model", "-m", required=True, help="fastText model file or transformer head folder")
+@_source_options
+@click.option("--threshold", type=float, default=0.5, show_default=True)
+@click.option("--positive-at", type=float, default=None, help="regression heads: binary metrics of label >= this")
+def eval_cmd(model, data, positive, negative, text_key, label_key, limit, positive_label, threshold, positive_at):
+    """Precision, recall, F1 and ROC-AUC of a trained model on labelled data."""
+    kind = _kind_of(model)
+    regression = kind == "transformer" and json.loads((Path(model) / "head.json").read_text())["task"] == "regression"
+    ex = _examples(data, positive, negative, text_key, label_key, regression, limit)
+    if kind == "fasttext":
+        from cuvee.classifiers.fasttext_model import evaluate_fasttext
+
+        metrics = evaluate_fasttext(model, ex, positive_label, threshold)
+    else:
+        from cuvee.classifiers.transformer_model import evaluate_transformer
+
+        metrics = evaluate_transformer(model, ex, positive_label, threshold, positive_at)
+    click.echo(json.dumps({"model": model, "kind": kind, "skipped": ex.skipped, "metrics": metrics}, indent=2))
+
+
+@classify.command("apply")
+@click.option("--model", "-m", required=True, help="fastText model file, transformer head folder, or 'demo'")
+@click.option("--input", "-i", "inputs", multiple=True, required=True, help="document files, folders or globs")
+@click.option("--output", "-o", required=True, help="JSONL(.gz) of kept documents, score in metadata")
+@click.option("--name", default="quality", show_default=True, help="metadata key is <name>_score")
+@click.option("--positive-label", default="hq", show_default=True)
+@click.option("--threshold", type=float, default=None, help="keep documents with score >= threshold")
+@click.option("--top-percent", type=float, default=None, help="keep the top p %% over ALL inputs")
+@click.option("--batch-size", type=int, default=256, show_default=True)
+def apply_cmd(model, inputs, output, name, positive_label, threshold, top_percent, batch_size):
+    """Score documents and write those kept (threshold, corpus top-p %, or all) with the score in metadata."""
+    from cuvee.classifiers.quality_stages import resolve_model_path
+    from cuvee.classifiers.scoring import corpus_cutoff, score_key
+    from cuvee.pipeline.io import iter_documents
+
+    if threshold is not None and top_percent is not None:
+        raise click.UsageError("give --threshold or --top-percent, not both")
+    model = resolve_model_path(model)
+    if _kind_of(model) == "fasttext":
+        from cuvee.classifiers.fasttext_model import FastTextScorer
+
+        scorer = FastTextScorer(model, positive_label)
+    else:
+        from cuvee.classifiers.transformer_model import TransformerScorer
+
+        scorer = TransformerScorer(model, positive_label)
+    key = score_key(name)
+    docs, scores, batch = [], [], []
+    for doc in iter_documents(list(inputs)):
+        batch.append(doc)
+        if len(batch) >= batch_size:
+            scores.extend(scorer.score_batch([d.text for d in batch]))
+            docs.extend(batch)
+            batch = []
+    if batch:
+        scores.extend(scorer.score_batch([d.text for d in batch]))
+        docs.extend(batch)
+    arr = np.asarray(scores, dtype=np.float64)
+    cutoff = corpus_cutoff(arr, top_percent) if top_percent is not None else threshold
+    kept = 0
+    opener = gzip.open if output.endswith(".gz") else open
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    with opener(output, "wt", encoding="utf-8") as f:
+        for doc, s in zip(docs, arr):
+            if cutoff is not None and s < cutoff:
+                continue
+            kept += 1
+            f.write(json.dumps({"text": doc.text, "id": doc.id, "metadata": {**doc.metadata, key: float(s)}}, ensure_ascii=False) + "\n")
+    summary = {"documents": len(docs), "kept": kept, "dropped": len(docs) - kept, "cutoff": cutoff,
+               "score_mean": float(arr.mean()) if len(arr) else None, "output": output}
+    click.echo(json.dumps(summary, indent=2))
+    if not docs:
+        click.echo("warning: no documents read", err=True)
+        sys.exit(1)
+
+
+main = classify
+
+if __name__ == "__main__":
+    classify()

@@ -1,0 +1,190 @@
+"""Shared machinery for every scoring stage: score -> metadata, then keep by threshold or corpus top-p %.
+
+A *scorer* is a small picklable object with ``score_batch(texts) -> np.ndarray`` that loads its model
+lazily (on the worker, not when the recipe is validated). Every quality stage (fastText, transformer)
+is the same three steps around a scorer:
+
+* ``ScoreAnnotator`` writes ``metadata[<name>_score]`` and yields every document;
+* ``ScoreThresholdFilter`` keeps documents whose score is >= a cutoff;
+* for ``top_percent`` the cutoff must come from the *whole corpus*, not one shard, so the stage is a
+  :class:`~cuvee.pipeline.registry.Barrier`: the annotator also saves each rank's scores, a phase
+  (``PercentileCutoff``) merges them and writes the cutoff, and the filter after the barrier reads it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+from datatrove.data import Document, DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+from datatrove.pipeline.filters.base_filter import BaseFilter
+
+from cuvee.pipeline.registry import Barrier, BuildContext, Phase
+
+
+class Scorer(Protocol):
+    def score_batch(self, texts: list[str]) -> np.ndarray: ...
+
+
+def score_key(name: str) -> str:
+    """Metadata key for a classifier's score: ``<name>_score`` (ARCHITECTURE.md)."""
+    return name if name.endswith("_score") else f"{name}_score"
+
+
+class ScoreAnnotator(PipelineStep):
+    """Scores documents in batches and writes the score into metadata; never drops anything.
+
+    With ``scores_dir`` set, the scores seen by this rank are saved to ``scores_dir/<rank>.npy`` when the
+    input ends, for a corpus-wide percentile.
+    """
+
+    name = "🎯 score"
+    type = "🤖 - CLASSIFIER"
+
+    def __init__(self, scorer: Scorer, key: str, batch_size: int = 256, scores_dir: str | None = None):
+        super().__init__()
+        self.scorer = scorer
+        self.key = key
+        self.batch_size = batch_size
+        self.scores_dir = scores_dir
+
+    def _flush(self, batch: list[Document], seen: list[np.ndarray]):
+        with self.track_time("batch"):
+            scores = np.asarray(self.scorer.score_batch([d.text for d in batch]), dtype=np.float64)
+        if len(scores) != len(batch):
+            raise RuntimeError(f"{type(self.scorer).__name__} returned {len(scores)} scores for {len(batch)} documents")
+        for doc, s in zip(batch, scores):
+            doc.metadata[self.key] = float(s)
+        seen.append(scores.astype(np.float32))
+        self.stat_update("batches")
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        batch: list[Document] = []
+        seen: list[np.ndarray] = []
+        for doc in data or []:
+            self.stat_update("total")
+            batch.append(doc)
+            if len(batch) >= self.batch_size:
+                self._flush(batch, seen)
+                for d in batch:
+                    self.stat_update("forwarded")
+                    yield d
+                batch = []
+        if batch:
+            self._flush(batch, seen)
+            for d in batch:
+                self.stat_update("forwarded")
+                yield d
+        if self.scores_dir is not None:
+            out = Path(self.scores_dir)
+            out.mkdir(parents=True, exist_ok=True)
+            arr = np.concatenate(seen) if seen else np.zeros(0, dtype=np.float32)
+            tmp = out / f"{rank:05d}.npy.tmp"
+            with open(tmp, "wb") as f:
+                np.save(f, arr)
+            tmp.rename(out / f"{rank:05d}.npy")
+
+
+def corpus_cutoff(scores: np.ndarray, top_percent: float) -> float:
+    """Score a document needs to be in the top ``top_percent`` % of ``scores`` (ties at the cutoff are kept)."""
+    if len(scores) == 0:
+        return float("inf")
+    return float(np.quantile(scores.astype(np.float64), 1.0 - top_percent / 100.0, method="higher"))
+
+
+class PercentileCutoff(PipelineStep):
+    """Phase step: merge every rank's scores and write ``{"cutoff": ...}`` for the filter after the barrier.
+
+    Scores are kept exactly (4 bytes per document), so the cutoff is the true corpus quantile.
+    """
+
+    name = "📊 percentile cutoff"
+    type = "🤖 - CLASSIFIER"
+
+    def __init__(self, scores_dir: str, cutoff_path: str, top_percent: float, expected_ranks: int | None = None):
+        super().__init__()
+        self.scores_dir = scores_dir
+        self.cutoff_path = cutoff_path
+        self.top_percent = top_percent
+        self.expected_ranks = expected_ranks
+
+    def compute(self) -> dict:
+        files = sorted(Path(self.scores_dir).glob("*.npy"))
+        if self.expected_ranks is not None and len(files) != self.expected_ranks:
+            raise RuntimeError(
+                f"percentile cutoff: expected scores from {self.expected_ranks} ranks in {self.scores_dir}, found {len(files)}"
+            )
+        scores = np.concatenate([np.load(f) for f in files]) if files else np.zeros(0, dtype=np.float32)
+        info = {
+            "cutoff": corpus_cutoff(scores, self.top_percent),
+            "top_percent": self.top_percent,
+            "documents": int(len(scores)),
+            "ranks": len(files),
+        }
+        Path(self.cutoff_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(self.cutoff_path).write_text(json.dumps(info))
+        return info
+
+    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        if data:
+            yield from data
+        if rank == 0:
+            info = self.compute()
+            self.stat_update("documents", value=info["documents"])
+
+
+class ScoreThresholdFilter(BaseFilter):
+    """Keeps documents whose ``metadata[key] >= threshold``; the threshold may come from a cutoff file."""
+
+    name = "🎯 score threshold"
+
+    def __init__(self, key: str, threshold: float | None = None, cutoff_path: str | None = None, reason: str = "low_score"):
+        super().__init__()
+        if (threshold is None) == (cutoff_path is None):
+            raise ValueError("give exactly one of threshold or cutoff_path")
+        self.key = key
+        self.threshold = threshold
+        self.cutoff_path = cutoff_path
+        self.reason = reason
+
+    def _cutoff(self) -> float:
+        if self.threshold is None:
+            p = Path(self.cutoff_path)
+            if not p.exists():
+                raise FileNotFoundError(f"{p}: corpus cutoff missing; the percentile phase must run before this filter")
+            self.threshold = float(json.loads(p.read_text())["cutoff"])
+        return self.threshold
+
+    def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        if self.key not in doc.metadata:
+            return False, f"missing_{self.key}"
+        return (True, None) if doc.metadata[self.key] >= self._cutoff() else (False, self.reason)
+
+
+def build_score_stage(
+    scorer: Scorer,
+    name: str,
+    ctx: BuildContext,
+    threshold: float | None,
+    top_percent: float | None,
+    batch_size: int,
+) -> list | Barrier:
+    """The annotate / threshold / corpus top-p % wiring shared by every quality scorer stage."""
+    key = score_key(name)
+    if threshold is not None and top_percent is not None:
+        raise ValueError("give threshold or top_percent, not both")
+    if top_percent is None:
+        steps: list = [ScoreAnnotator(scorer, key, batch_size)]
+        if threshold is not None:
+            steps.append(ScoreThresholdFilter(key, threshold=threshold, reason=f"{name}_below_threshold"))
+        return steps
+    scores_dir = str(ctx.stage_dir("scores"))
+    cutoff_path = str(ctx.stage_dir("cutoff.json"))
+    return Barrier(
+        before=[ScoreAnnotator(scorer, key, batch_size, scores_dir=scores_dir)],
+        phases=[Phase(f"{name}_percentile", [PercentileCutoff(scores_dir, cutoff_path, top_percent, ctx.tasks)], tasks=1)],
+        after=[ScoreThresholdFilter(key, cutoff_path=cutoff_path, reason=f"{name}_below_top_percent")],
+    )

@@ -1,0 +1,216 @@
+"""Line dedup as in CCNet and Llama 3: within buckets of N documents, remove every line whose normalised
+form occurs in at least k documents of the bucket (boilerplate: menus, cookie notices, footers).
+
+Buckets are consecutive runs of N documents in (rank, position) order, so a bucket spans as many
+ranks as it needs. Pass 1 (recording) normalises and hashes every line once and stores two things per
+rank: the hashes to count (each distinct line once per document unless ``count_per_document`` is
+false) and the hash of every line in order (8 bytes per line). The phase counts the former per bucket
+with the partitioned spill (memory within ``memory_budget_mb``) and writes the sorted hashes that
+reach k; the filter looks up the stored per-line hashes (no second normalisation) and removes those
+lines. Documents left empty, or with fewer than ``min_words`` words after a removal, are dropped with
+their reason.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import xxhash
+from datatrove.pipeline.base import PipelineStep
+from datatrove.pipeline.filters.base_filter import BaseFilter
+from pydantic import Field
+
+from cuvee.dedup.files import AtomicWriter, PositionTracker, load_array, rank_file, save_array
+from cuvee.dedup.spill import chunk_records, key_partitions
+from cuvee.dedup.steps import RecordingStep
+from cuvee.dedup.text import WORD_RE, normalize_lines
+from cuvee.pipeline.registry import Barrier, BuildContext, Phase, StageParams, register_stage
+
+HASH_RECORD = np.dtype([("h", "<u8")])
+
+
+class LineDedupParams(StageParams):
+    bucket_size: int = Field(30_000_000, ge=1, description="documents per bucket (Llama 3: 30M)")
+    min_occurrences: int = Field(6, ge=2, description="a line seen in this many documents of a bucket is removed")
+    count_per_document: bool = Field(True, description="count a line once per document (a list repeating a line "
+                                                       "inside one page does not make it boilerplate)")
+    min_words: int = Field(5, ge=0, description="after removing lines, drop documents with fewer words")
+    memory_budget_mb: int = Field(1024, ge=1, description="per phase task; larger buckets spill to disk")
+
+
+def line_hashes(text: str) -> np.ndarray:
+    """Hash of the normalised form of each line of ``text`` (split on "\\n"); 0 marks lines that
+    normalise to nothing (never removed)."""
+    h = xxhash.xxh3_64_intdigest
+    return np.fromiter(((h(n) | 1) if n else 0 for n in normalize_lines(text)), dtype=np.uint64)  # never 0 if n
+
+
+class LineHashRecorder(RecordingStep):
+    name = "📏 line hashes"
+
+    def __init__(self, folder, count_per_document: bool):
+        super().__init__(folder)
+        self.count_per_document = count_per_document
+
+    def open(self, rank: int) -> None:
+        self.hashes = AtomicWriter(rank_file(self.folder / "lines", rank, "hash.u64"))
+        self.counts = AtomicWriter(rank_file(self.folder / "lines", rank, "count.u32"))
+        self.all_lines = AtomicWriter(rank_file(self.folder / "lines", rank, "all.u64"))
+        self.n_lines = AtomicWriter(rank_file(self.folder / "lines", rank, "nlines.u32"))
+
+    def record(self, batch: list) -> None:
+        per_doc, every = [], []
+        for doc in batch:
+            h = line_hashes(doc.text)
+            every.append(h)
+            h = h[h != 0]
+            per_doc.append(np.unique(h) if self.count_per_document else h)
+        self.counts.write(np.fromiter((len(h) for h in per_doc), dtype=np.uint32, count=len(per_doc)))
+        self.n_lines.write(np.fromiter((len(h) for h in every), dtype=np.uint32, count=len(every)))
+        if per_doc:
+            self.hashes.write(np.concatenate(per_doc))
+            self.all_lines.write(np.concatenate(every))
+
+    def close(self, ok: bool) -> None:
+        for w in (self.hashes, self.counts, self.all_lines, self.n_lines):
+            w.close() if ok else w.abort()
+
+
+def rank_doc_counts(folder: Path, source_tasks: int) -> np.ndarray:
+    files = [rank_file(folder / "lines", r, "count.u32") for r in range(source_tasks)]
+    missing = [str(f) for f in files if not f.exists()]
+    if missing:
+        raise FileNotFoundError(f"line dedup: line hashes missing (recording tasks not finished?): {missing[:3]}")
+    return np.array([f.stat().st_size // 4 for f in files], dtype=np.int64)
+
+
+class CountFrequentLines(PipelineStep):
+    """Phase: for each bucket of this task, the sorted hashes of lines seen in >= k documents."""
+
+    type = "🫂 - DEDUP"
+    name = "📏 count lines"
+
+    def __init__(self, folder, source_tasks: int, bucket_size: int, min_occurrences: int, memory_budget_mb: int):
+        super().__init__()
+        self.folder = Path(folder)
+        self.source_tasks = source_tasks
+        self.bucket_size = bucket_size
+        self.k = min_occurrences
+        self.budget = memory_budget_mb * 2**20
+
+    def _bucket_chunks(self, b: int, docs_per_rank: np.ndarray):
+        """Line-hash chunks of the documents in global range [b*N, (b+1)*N)."""
+        starts = np.concatenate([[0], np.cumsum(docs_per_rank)])
+        lo, hi = b * self.bucket_size, (b + 1) * self.bucket_size
+        step = chunk_records(self.budget, 8)
+        pieces = []
+        for r in range(self.source_tasks):
+            a, z = max(lo, starts[r]) - starts[r], min(hi, starts[r + 1]) - starts[r]
+            if z <= a:
+                continue
+            counts = load_array(rank_file(self.folder / "lines", r, "count.u32"), np.uint32, mmap=True)
+            first = int(np.sum(counts[:a], dtype=np.int64))
+            n = int(np.sum(counts[a:z], dtype=np.int64))
+            pieces.append((r, first, n))
+
+        def chunks():
+            for r, first, n in pieces:
+                mm = load_array(rank_file(self.folder / "lines", r, "hash.u64"), HASH_RECORD, mmap=True)
+                for i in range(first, first + n, step):
+                    yield np.array(mm[i:min(i + step, first + n)])
+
+        return chunks, sum(n for _, _, n in pieces)
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        docs_per_rank = rank_doc_counts(self.folder, self.source_tasks)
+        n_buckets = max(1, -(-int(docs_per_rank.sum()) // self.bucket_size))
+        with self.track_time():
+            for b in range(rank, n_buckets, world_size):
+                chunks, total = self._bucket_chunks(b, docs_per_rank)
+                out = AtomicWriter(self.folder / "frequent" / f"{b:05d}.u64")
+                try:
+                    for part in key_partitions(chunks, HASH_RECORD, "h", total, self.budget, self.folder,
+                                               stats=lambda k, v: self.stat_update(k, value=v)):
+                        uniq, counts = np.unique(part["h"], return_counts=True)
+                        frequent = uniq[counts >= self.k]
+                        out.write(frequent)
+                        self.stat_update("line_hashes", value=len(part))
+                        self.stat_update("distinct_lines", value=len(uniq))
+                        self.stat_update("frequent_lines", value=len(frequent))
+                except BaseException:
+                    out.abort()
+                    raise
+                out.close()
+                self.stat_update("buckets")
+        return
+        yield
+
+
+class LineDedupFilter(BaseFilter):
+    """Removes the frequent lines of each document's bucket; drops documents left empty or too short."""
+
+    name = "📏 line dedup"
+
+    def __init__(self, folder, source_tasks: int, bucket_size: int, min_words: int, exclusion_writer=None):
+        super().__init__(exclusion_writer=exclusion_writer)
+        self.folder = Path(folder)
+        self.source_tasks = source_tasks
+        self.bucket_size = bucket_size
+        self.min_words = min_words
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        docs_per_rank = rank_doc_counts(self.folder, self.source_tasks)
+        self._offset = int(docs_per_rank[:rank].sum())
+        self._tracker = PositionTracker(self.folder / "ids", rank, self.name)
+        self._bucket = -1
+        self._frequent = np.zeros(0, dtype=np.uint64)
+        # every line's hash, stored by the recording pass; a cursor walks it as positions advance
+        self._all = load_array(rank_file(self.folder / "lines", rank, "all.u64"), np.uint64, mmap=True)
+        self._n_lines = load_array(rank_file(self.folder / "lines", rank, "nlines.u32"), np.uint32)
+        self._line_start = np.concatenate([[0], np.cumsum(self._n_lines, dtype=np.int64)])
+        yield from super().run(data, rank, world_size)
+
+    def filter(self, doc):
+        pos = self._tracker.next(doc)
+        bucket = (self._offset + pos) // self.bucket_size
+        if bucket != self._bucket:
+            path = self.folder / "frequent" / f"{bucket:05d}.u64"
+            if not path.exists():
+                raise FileNotFoundError(f"line dedup: {path} missing (count phase not finished?)")
+            self._frequent = load_array(path, np.uint64, mmap=True)
+            self._bucket = bucket
+        if not len(self._frequent):
+            return True
+        h = np.asarray(self._all[self._line_start[pos]:self._line_start[pos + 1]])
+        idx = np.minimum(np.searchsorted(self._frequent, h), len(self._frequent) - 1)
+        hit = (self._frequent[idx] == h) & (h != 0)
+        if not hit.any():
+            return True
+        lines = doc.text.split("\n")
+        if len(lines) != len(h):
+            raise RuntimeError(f"line dedup: document {doc.id!r} has {len(lines)} lines, {len(h)} were recorded "
+                               "(its text changed between the recording pass and the filter)")
+        removed = int(hit.sum())
+        self.stat_update("lines_removed", value=removed)
+        self.stat_update("chars_removed", value=sum(len(lines[i]) + 1 for i in np.flatnonzero(hit)))
+        self.stat_update("docs_with_lines_removed")
+        text = "\n".join(line for line, drop in zip(lines, hit) if not drop).strip()
+        if not text:
+            return False, "empty_after_line_dedup"
+        if self.min_words and len(WORD_RE.findall(text)) < self.min_words:
+            return False, "too_short_after_line_dedup"
+        doc.text = text
+        return True
+
+
+@register_stage("line_dedup", LineDedupParams)
+def build_line_dedup(p: LineDedupParams, ctx: BuildContext):
+    """CCNet / Llama 3 line dedup: remove lines seen in >= k documents of each bucket of N documents."""
+    folder = ctx.stage_dir()
+    return Barrier(
+        before=[LineHashRecorder(folder, p.count_per_document)],
+        phases=[Phase("line_counts", [CountFrequentLines(folder, ctx.tasks, p.bucket_size, p.min_occurrences,
+                                                         p.memory_budget_mb)], tasks=ctx.tasks)],
+        after=[LineDedupFilter(folder, ctx.tasks, p.bucket_size, p.min_words)],
+    )

@@ -1,0 +1,109 @@
+"""Pipeline steps shared by the dedup stages: the recording pass-through base and the drop filter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from datatrove.pipeline.base import PipelineStep
+from datatrove.pipeline.filters.base_filter import BaseFilter
+from datatrove.utils.batching import batched
+
+from cuvee.dedup.files import AtomicWriter, PositionTracker, id_check, load_array, rank_file
+
+
+class RecordingStep(PipelineStep):
+    """Pass-through step before a dedup barrier: yields every document unchanged, in order, and records
+    what the phases need into per-rank files under ``folder`` (renamed into place only when the rank
+    completes, so a killed task leaves nothing half-written). Subclasses implement ``record(batch)``."""
+
+    type = "🫂 - DEDUP"
+    batch_size = 64
+
+    def __init__(self, folder: str | Path):
+        super().__init__()
+        self.folder = Path(folder)
+
+    def open(self, rank: int) -> None:  # subclasses open their writers
+        pass
+
+    def record(self, batch: list) -> None:
+        raise NotImplementedError
+
+    def close(self, ok: bool) -> None:
+        pass
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        self.open(rank)
+        ids = AtomicWriter(rank_file(self.folder / "ids", rank, "ids.u32"))
+        ok = False
+        try:
+            batch: list = []
+            for doc in data or ():
+                batch.append(doc)
+                if len(batch) >= self.batch_size:
+                    yield from self._flush(batch, ids)
+                    batch = []
+            if batch:
+                yield from self._flush(batch, ids)
+            ok = True
+        finally:
+            ids.close() if ok else ids.abort()
+            self.close(ok)
+
+    def _flush(self, batch, ids: AtomicWriter):
+        # counters per batch, not per document: datatrove's stat_update costs as much as a MinHash signature
+        self.stat_update("total", value=len(batch))
+        with self.track_time():
+            self.record(batch)
+            ids.write(np.fromiter((id_check(d.id) for d in batch), dtype=np.uint32, count=len(batch)))
+        self.stat_update("forwarded", value=len(batch))
+        yield from batch
+
+
+class DropListed(BaseFilter):
+    """After the barrier: drops the documents whose (rank, position) the phases listed, under ``reason``."""
+
+    name = "🫂 dedup filter"
+
+    def __init__(self, folder: str | Path, drops_glob: str, reason: str, exclusion_writer=None):
+        super().__init__(exclusion_writer=exclusion_writer)
+        self.folder = Path(folder)
+        self.drops_glob = drops_glob  # relative to folder, with {rank} placeholder
+        self.reason = reason
+        self._tracker: PositionTracker | None = None
+        self._drops = np.zeros(0, dtype=np.uint64)
+        self._next = 0
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        self._tracker = PositionTracker(self.folder / "ids", rank, self.name)
+        files = sorted(self.folder.glob(self.drops_glob.format(rank=f"{rank:05d}")))
+        # sorted positions, walked with a cursor: positions arrive in increasing order
+        self._drops = np.unique(np.concatenate([load_array(f, np.uint64) for f in files])) if files else self._drops
+        self._next = 0
+        if self.exclusion_writer:
+            yield from super().run(data, rank, world_size)
+            return
+        # lean path (no exclusion writer): the same counters, updated per batch instead of per document
+        for batch in batched(data, 1024):
+            with self.track_time():
+                keep = [self.filter(doc) is True for doc in batch]
+            n_kept = sum(keep)
+            self.stat_update("total", value=len(batch))
+            if n_kept:
+                self.stat_update("forwarded", value=n_kept)
+            if n_kept < len(batch):
+                self.stat_update("dropped", value=len(batch) - n_kept)
+                self.stat_update(f"dropped_{self.reason}", value=len(batch) - n_kept)
+            for doc, k in zip(batch, keep):
+                if k:
+                    self.update_doc_stats(doc)
+                    yield doc
+
+    def filter(self, doc):
+        pos = self._tracker.next(doc)
+        while self._next < len(self._drops) and self._drops[self._next] < pos:
+            self._next += 1
+        if self._next < len(self._drops) and self._drops[self._next] == pos:
+            return False, self.reason
+        return True

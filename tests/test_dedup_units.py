@@ -1,0 +1,230 @@
+"""Building blocks: normalisation, union-find, bounded-memory spill, MinHash estimates."""
+
+import re
+
+import numpy as np
+import pytest
+
+from cuvee.dedup import native
+from cuvee.dedup.minhash import MinHashConfig, MinHasher
+from cuvee.dedup.spill import key_partitions
+from cuvee.dedup.text import normalize_line, normalize_lines, normalize_text, normalize_url, words
+from cuvee.dedup.unionfind import components
+from tests._dedup_helpers import real_texts
+
+
+@pytest.mark.parametrize("a,b", [
+    ("https://www.Example.com/a/?utm_source=x&b=2&a=1#top", "http://example.com/a?a=1&b=2"),
+    ("http://example.com:80/index.html", "https://example.com/"),
+    ("http://example.com//x//y/", "http://example.com/x/y"),
+])
+def test_url_variants_normalise_equal(a, b):
+    assert normalize_url(a) == normalize_url(b)
+
+
+def test_url_normalisation_keeps_real_differences():
+    assert normalize_url("http://example.com/a?id=1") != normalize_url("http://example.com/a?id=2")
+    assert normalize_url("http://example.com/a") != normalize_url("http://example.org/a")
+    assert normalize_url("http://example.com:8080/a") != normalize_url("http://example.com/a")
+
+
+def test_text_and_line_normalisation():
+    assert normalize_text("  Hello \n\t World ") == normalize_text("hello world")
+    assert normalize_line("Copyright © 2021, ACME Inc.") == normalize_line("copyright 2023 acme inc")
+    assert normalize_line("Café déjà-vu!") == "cafe deja vu"
+    assert normalize_line(" ... ") == ""
+
+
+def test_union_find_matches_reference():
+    rng = np.random.default_rng(3)
+    n = 500
+    u, v = rng.integers(0, n, 400), rng.integers(0, n, 400)
+    label = components(n, u, v)
+    # reference: simple Python union-find
+    parent = list(range(n))
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in zip(u, v):
+        ra, rb = find(a), find(b)
+        parent[max(ra, rb)] = min(ra, rb)
+    ref = [find(x) for x in range(n)]
+    assert label.tolist() == ref  # both label a component by its smallest member
+
+
+def test_spill_partitions_group_equal_keys_within_budget(tmp_path):
+    rng = np.random.default_rng(0)
+    dt = np.dtype([("h", "<u8")])
+    keys = rng.integers(0, 2**63, 3000, dtype=np.uint64) * np.uint64(2)
+    recs = np.zeros(30000, dtype=dt)
+    recs["h"] = keys[rng.integers(0, len(keys), len(recs))]
+    chunks = lambda: (recs[i:i + 1000] for i in range(0, len(recs), 1000))  # noqa: E731
+    seen = {}
+    parts = list(key_partitions(chunks, dt, "h", len(recs), budget_bytes=60_000, tmp_dir=tmp_path,
+                                stats=lambda k, v: seen.setdefault(k, v)))
+    assert seen["spill_partitions"] >= 4 and len(parts) == seen["spill_partitions"]
+    assert sum(len(p) for p in parts) == len(recs)
+    owners = {}
+    for i, p in enumerate(parts):
+        for k in np.unique(p["h"]).tolist():
+            assert owners.setdefault(k, i) == i  # a key never spans two partitions
+    assert max(p.nbytes for p in parts) * 3 <= 60_000 * 2
+    assert not list(tmp_path.iterdir())  # spill files cleaned up
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy", "rensa"])
+def test_minhash_estimates_jaccard(backend):
+    mh = MinHasher(MinHashConfig(num_bands=16, rows_per_band=16, backend=backend))
+    text = " ".join(real_texts()[:3])
+    w = text.split()
+    for cut in (0.1, 0.3, 0.5):
+        k = int(len(w) * cut)
+        variant = " ".join(w[:len(w) // 2] + ["inserted"] * 3 + w[len(w) // 2 + k:])
+        sa, sb = set(mh.shingles(text).tolist()), set(mh.shingles(variant).tolist())
+        jac = len(sa & sb) / len(sa | sb)
+        sig, has = mh.signatures([text, variant])
+        est = float((sig[0] == sig[1]).mean())
+        assert has.all()
+        assert abs(est - jac) < 4 * np.sqrt(jac * (1 - jac) / 256) + 0.02, (cut, jac, est)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy", "rensa"])
+def test_minhash_empty_and_short_texts(backend):
+    mh = MinHasher(MinHashConfig(backend=backend))
+    sig, has = mh.signatures(["", "two words", "!!!", "\ud800 lone surrogate"])
+    assert has.tolist() == [False, True, False, True]
+    assert (sig[0] == 0xFFFFFFFF).all() and (sig[1] != 0xFFFFFFFF).any()
+
+
+TRICKY = ["Straße ΟΔΟΣ déjà-vu — «quoted» 1,234.5 snake_case x²", "日本語のテキスト、句読点。", "a\u0301b e\u0308", "", "!!!",
+          "one", "two words", "İstanbul ǅ ﬁ", "tab\tsep\u00a0nbsp\u2028line"]
+
+M64 = 2**64 - 1
+
+
+def _mix(x: int) -> int:
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & M64
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def _reference_signature(text: str, mh: MinHasher) -> list[int] | None:
+    """The numba kernel's definition, written out in plain Python integers."""
+    hs = []
+    for w in words(text):  # re.findall(r"\w+", text.lower())
+        h = native.FNV_OFFSET
+        for ch in w:
+            h = ((h ^ ord(ch)) * native.FNV_PRIME) & M64
+        hs.append(_mix(h))
+    if not hs:
+        return None
+    n = min(mh.config.n_grams, len(hs))
+    g = [int(x) for x in mh.gram_mult]
+    shingles = [_mix((sum(hs[i + j] * g[j] for j in range(n)) + n) & M64) for i in range(len(hs) - n + 1)]
+    return [min(((int(a) * x + int(b)) & M64) >> 32 for x in shingles) for a, b in zip(mh.a, mh.b)]
+
+
+def test_numba_kernel_matches_plain_python_definition():
+    mh = MinHasher(MinHashConfig(num_bands=4, rows_per_band=4, backend="numba"))
+    texts = list(real_texts()[:3]) + TRICKY
+    sig, has = mh.signatures(texts)
+    for i, t in enumerate(texts):
+        ref = _reference_signature(t, mh)
+        assert has[i] == (ref is not None), t
+        if ref is not None:
+            assert sig[i].tolist() == ref, t
+
+
+def test_numba_signatures_do_not_depend_on_batching():
+    mh = MinHasher(MinHashConfig(backend="numba"))
+    texts = list(real_texts()[:40]) + TRICKY
+    whole, has = mh.signatures(texts)
+    one_by_one = np.concatenate([mh.signatures([t])[0] for t in texts])
+    assert (whole == one_by_one).all()
+    # and the minimums equal numpy's over the same shingles (the two code paths share the definition)
+    ref, ref_has = MinHasher(MinHashConfig(backend="numpy")).signatures_from_shingles([mh.shingles(t) for t in texts])
+    assert (whole == ref).all() and (has == ref_has).all()
+
+
+def test_word_table_is_pythons_regex():
+    table = native.word_char_table()
+    for cp in list(range(0, 0x3000)) + [0x4E00, 0x1F600, 0x10FFFF, 0xD800, 0x0301, 0x00B2, 0x2160]:
+        assert bool(table[cp]) == bool(re.match(r"\w", chr(cp))), hex(cp)
+
+
+def test_normalize_lines_equals_line_by_line():
+    texts = list(real_texts()[:200]) + TRICKY + ["ΟΔΟΣ ΣΑΣ\nΟΔΟΣ\r\nCafé\n\n  x  \n"]
+    for t in texts:
+        assert normalize_lines(t) == [normalize_line(x) for x in t.split("\n")]
+
+
+def _reference_drops(edges, lengths_by_rank, old_gid):
+    """Keep rule written out plainly: per connected component, drop all if it touches a reused index,
+    else keep the longest text, ties to the smallest (rank, position)."""
+    parent = {}
+
+    def find(x):
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in edges:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    comps = {}
+    for x in list(parent):
+        comps.setdefault(find(x), []).append(x)
+    drops = [set() for _ in lengths_by_rank]
+    for members in comps.values():
+        docs = [m for m in members if m != old_gid]
+        if old_gid in members:
+            keep = None
+        else:
+            keep = min(docs, key=lambda g: (-int(lengths_by_rank[g >> 40][g & (2**40 - 1)]), g))
+        for g in docs:
+            if g != keep:
+                drops[g >> 40].add(g & (2**40 - 1))
+    return drops
+
+
+@pytest.mark.parametrize("with_index", [False, True])
+def test_cluster_phase_streams_edges_and_applies_keep_rule(tmp_path, with_index):
+    from cuvee.dedup.files import load_array, save_array
+    from cuvee.dedup.minhash_dedup import DOC_META, EARLIER_RUN, MinhashClusters
+
+    rng = np.random.default_rng(7)
+    cfg = MinHashConfig(num_bands=3, rows_per_band=2)
+    sizes = [700, 0, 500]  # a rank that holds no documents too
+    lengths = []
+    for r, n in enumerate(sizes):
+        meta = np.zeros(n, dtype=DOC_META)
+        meta["len"] = rng.integers(1, 6, n)  # few distinct lengths: many ties
+        meta["has"] = 1
+        save_array(tmp_path / "sigs" / f"{r:05d}.meta", meta)
+        lengths.append(meta["len"])
+    gids = np.array([(r << 40) | p for r, n in enumerate(sizes) for p in range(n)], dtype=np.uint64)
+    all_edges = []
+    for b in range(cfg.num_bands):
+        e = rng.choice(gids, size=(300, 2))
+        e = e[e[:, 0] != e[:, 1]]
+        if with_index and b == 1:
+            e = np.concatenate([e, np.stack([rng.choice(gids, 20), np.full(20, EARLIER_RUN)], axis=1)])
+        save_array(tmp_path / "edges" / f"band{b:03d}.u64", e)
+        all_edges += [(int(x), int(y)) for x, y in e]
+    step = MinhashClusters(tmp_path, cfg, len(sizes), memory_budget_mb=1)
+    step.budget = 4096  # chunks of ~1k records: many edge and document chunks
+    list(step.run())
+    ref = _reference_drops(all_edges, lengths, int(EARLIER_RUN))
+    for r in range(len(sizes)):
+        got = load_array(tmp_path / "drops" / f"{r:05d}.u64", np.uint64).tolist()
+        assert got == sorted(ref[r])
+    assert sum(len(d) for d in ref) > 100
