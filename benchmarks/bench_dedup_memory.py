@@ -28,16 +28,21 @@ from benchmarks._neardup_eval import lingua_sentences, real_page_texts  # noqa: 
 OUT = Path(__file__).resolve().parent / "out" / "memory"
 
 
-def build(n_docs: int, seed: int = 0) -> Path:
+def build(n_docs: int, seed: int = 0, files: int = 2) -> Path:
+    """``files`` corpus files (one per task, so every task reads documents); returns the first."""
     rng = random.Random(seed)
     lines = [ln for t in real_page_texts() for ln in t.split("\n") if len(ln.split()) >= 4] + lingua_sentences()
-    path = OUT / "corpus" / "corpus.jsonl.gz"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(path, "wt", compresslevel=1) as f:
-        for i in range(n_docs):
-            text = "\n".join(rng.choice(lines) for _ in range(rng.randint(10, 40)))
-            f.write(json.dumps({"text": text, "id": f"d{i}", "metadata": {"url": f"http://s{i % 5000}.com/{i % 7000}"}}) + "\n")
-    return path
+    folder = OUT / "corpus"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    outs = [gzip.open(folder / f"corpus_{k}.jsonl.gz", "wt", compresslevel=1) for k in range(files)]
+    for i in range(n_docs):
+        text = "\n".join(rng.choice(lines) for _ in range(rng.randint(10, 40)))
+        outs[i % files].write(json.dumps({"text": text, "id": f"d{i}",
+                                          "metadata": {"url": f"http://s{i % 5000}.com/{i % 7000}"}}) + "\n")
+    for f in outs:
+        f.close()
+    return folder / "corpus_0.jsonl.gz"
 
 
 def run(stage: str, params: dict, corpus: Path, tasks: int = 2):
@@ -49,7 +54,7 @@ def run(stage: str, params: dict, corpus: Path, tasks: int = 2):
     work = OUT / stage
     shutil.rmtree(work, ignore_errors=True)
     barrier = build_stage(stage, params, work, tasks)
-    chain = executors(barrier, [JsonlReader(str(corpus.parent), glob_pattern=corpus.name)], work, tasks)
+    chain = executors(barrier, [JsonlReader(str(corpus.parent), glob_pattern="corpus_*.jsonl.gz")], work, tasks)
     rows = []
     chain[0].run()
     for ex, ph in zip(chain[1:-1], barrier.phases):
@@ -73,7 +78,8 @@ def main():
 
     logger.remove()
     corpus = build(args.docs)
-    text_mb = sum(len(json.loads(line)["text"]) for line in gzip.open(corpus, "rt")) / 2**20
+    text_mb = sum(len(json.loads(line)["text"]) for p in corpus.parent.glob("corpus_*.jsonl.gz")
+                  for line in gzip.open(p, "rt")) / 2**20
     print(f"corpus: {args.docs} documents, {text_mb:.0f} MiB of text, 2 tasks")
     rows = []
     rows += run("line_dedup", {"memory_budget_mb": 4, "bucket_size": 10**9}, corpus)

@@ -136,6 +136,7 @@ def timeout_overhead(n: int = 300) -> list[tuple[str, float]]:
     html = "<html><body><article>" + "<p>Short page number {i} with a sentence of ordinary English text.</p>" * 3 + "</article></body></html>"
     docs = lambda: (Document(text=html.format(i=i), id=str(i)) for i in range(n))  # noqa: E731
     out = []
+    sum(1 for _ in TrafilaturaExtract(deduplicate=False).run(docs()))  # warm-up: imports, lxml, caches
     for name, make in (("cuvee extract, no timer (timeout 1e9 s)", lambda: TrafilaturaExtract(timeout_s=1e9, deduplicate=False)),
                        ("cuvee extract, in-process CPU timer", lambda: TrafilaturaExtract(deduplicate=False)),
                        ("datatrove Trafilatura, sandbox process", lambda: Trafilatura(favour_precision=True, deduplicate=False))):

@@ -141,12 +141,15 @@ def test_numba_kernel_matches_plain_python_definition():
             assert sig[i].tolist() == ref, t
 
 
-def test_numba_signatures_do_not_depend_on_batching():
+def test_numba_signatures_do_not_depend_on_batching(monkeypatch):
     mh = MinHasher(MinHashConfig(backend="numba"))
     texts = list(real_texts()[:40]) + TRICKY
     whole, has = mh.signatures(texts)
     one_by_one = np.concatenate([mh.signatures([t])[0] for t in texts])
     assert (whole == one_by_one).all()
+    monkeypatch.setattr(native, "MAX_BATCH_CODE_POINTS", 3000)  # many kernel calls per batch
+    split, split_has = mh.signatures(texts)
+    assert (split == whole).all() and (split_has == has).all()
     # and the minimums equal numpy's over the same shingles (the two code paths share the definition)
     ref, ref_has = MinHasher(MinHashConfig(backend="numpy")).signatures_from_shingles([mh.shingles(t) for t in texts])
     assert (whole == ref).all() and (has == ref_has).all()

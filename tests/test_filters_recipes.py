@@ -16,7 +16,7 @@ def test_fineweb_recipe_validates_in_fineweb_order():
     r = load_recipe(REPO / "recipes" / "fineweb.yaml")
     names = [s.name for s in r.stage_entries]
     assert names == ["url_filter", "response_check", "extract", "language", "gopher_repetition",
-                     "gopher_quality", "c4_quality", "fineweb_quality"]
+                     "gopher_quality", "c4_quality", "fineweb_quality", "minhash_dedup"]
     params = {s.name: s.params for s in r.stage_entries}
     assert params["language"].languages == {"en": 0.65}
     assert params["c4_quality"].filter_no_terminal_punct is False

@@ -21,7 +21,7 @@ from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
 from pydantic import Field
 
-from cuvee.dedup.files import AtomicWriter, PositionTracker, load_array, rank_file, save_array
+from cuvee.dedup.files import AtomicWriter, PositionTracker, load_array, rank_file
 from cuvee.dedup.spill import chunk_records, key_partitions
 from cuvee.dedup.steps import RecordingStep
 from cuvee.dedup.text import WORD_RE, normalize_lines

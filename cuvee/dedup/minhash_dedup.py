@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Literal
 
@@ -24,17 +25,22 @@ import numpy as np
 from datatrove.pipeline.base import PipelineStep
 from pydantic import Field
 
-from cuvee.dedup.files import AtomicWriter, load_array, rank_file, save_array
+from cuvee.dedup.files import AtomicWriter, load_array, rank_file
 from cuvee.dedup.minhash import MinHashConfig, MinHasher
 from cuvee.dedup.spill import chunk_records, key_partitions
 from cuvee.dedup.steps import DropListed, RecordingStep
 from cuvee.dedup.unionfind import DenseUnionFind
 from cuvee.pipeline.registry import Barrier, BuildContext, Phase, StageParams, register_stage
 
+log = logging.getLogger(__name__)
+
 POS_BITS = 40  # document id = rank << 40 | position
 POS_MASK = np.uint64(2**POS_BITS - 1)
 EARLIER_RUN = np.uint64(2**64 - 1)  # node standing for "a document of a reused index"
 BAND_RECORD = np.dtype([("key", "<u8"), ("gid", "<u8")])
+# bucket work per byte of band records: records, argsort, sorted copy, first/cumsum/anchor, pairs (measured)
+BUCKET_OVERHEAD = 6.0
+CLUSTER_BYTES_PER_DOC = 9  # parent (uint32) + best length (uint32) + flag (bool); 13 above 2^32 documents
 DOC_META = np.dtype([("len", "<u4"), ("has", "u1")])
 
 
@@ -160,7 +166,8 @@ class MinhashBuckets(PipelineStep):
                 index = AtomicWriter(self.index_dir / f"band{band:03d}.u64") if self.index_dir else None
                 try:
                     for part in key_partitions(self._chunks(hasher, band), BAND_RECORD, "key", total, self.budget,
-                                               self.folder, stats=lambda k, v: self.stat_update(k, value=v)):
+                                               self.folder, stats=lambda k, v: self.stat_update(k, value=v),
+                                               overhead=BUCKET_OVERHEAD):
                         part = part[np.argsort(part["key"], kind="stable")]
                         first = np.ones(len(part), dtype=bool)
                         first[1:] = part["key"][1:] != part["key"][:-1]
@@ -220,6 +227,12 @@ class MinhashClusters(PipelineStep):
             start_u = start.astype(np.uint64)  # uint64 with uint64: numpy would turn int64 + uint64 into float64
             n = int(start[-1])
             old = n  # dense id of "a document of a reused index"
+            state = CLUSTER_BYTES_PER_DOC * (n + 1)
+            self.stat_update("cluster_state_bytes", value=state)
+            if state > self.budget:
+                log.warning("minhash clusters: the union-find state of %d documents takes %.0f MB, over the "
+                            "memory budget of %.0f MB (this phase needs ~%d bytes per document)",
+                            n, state / 1e6, self.budget / 1e6, CLUSTER_BYTES_PER_DOC)
             uf = DenseUnionFind(n + 1)
             step = chunk_records(self.budget, 16 * 4)  # an edge chunk and its temporaries
 

@@ -127,12 +127,23 @@ def shingles_of(cps, lo, hi, is_word, gram_mult):
     return out
 
 
+MAX_BATCH_CODE_POINTS = 1 << 22  # 16 MB of UTF-32 per kernel call, however long the documents are
+
+
 def minhash_signatures(texts: list[str], gram_mult: np.ndarray, a: np.ndarray, b: np.ndarray):
     """(uint32 signatures [n, len(a)], has_shingles [n]); rows without words are all 0xFFFFFFFF."""
-    cps, offsets = code_points(texts)
     sigs = np.full((len(texts), len(a)), 0xFFFFFFFF, dtype=np.uint32)
     has = np.zeros(len(texts), dtype=np.bool_)
-    minhash_batch(cps, offsets, word_char_table(), gram_mult, a, b, sigs, has)
+    table = word_char_table()
+    lo = 0
+    while lo < len(texts):
+        hi, size = lo, 0
+        while hi < len(texts) and (hi == lo or size + len(texts[hi]) <= MAX_BATCH_CODE_POINTS):
+            size += len(texts[hi])
+            hi += 1
+        cps, offsets = code_points(texts[lo:hi])
+        minhash_batch(cps, offsets, table, gram_mult, a, b, sigs[lo:hi], has[lo:hi])
+        lo = hi
     return sigs, has
 
 

@@ -20,8 +20,9 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-# bytes of working memory per byte of records while sorting a partition (records, argsort, sorted copy)
-SORT_OVERHEAD = 3.0
+# bytes of working memory per byte of records while sorting a partition (records, argsort, sorted copy,
+# the per-record masks and prefix sums of the phases); 3.0 measured 5-20% over budget, hence 4
+SORT_OVERHEAD = 4.0
 
 
 def chunk_records(budget_bytes: int, itemsize: int) -> int:
@@ -29,10 +30,10 @@ def chunk_records(budget_bytes: int, itemsize: int) -> int:
     return max(1024, int(budget_bytes / 8 / max(itemsize, 1)))
 
 
-def partition_bits(total_bytes: int, budget_bytes: int) -> int:
-    if total_bytes * SORT_OVERHEAD <= budget_bytes:
+def partition_bits(total_bytes: int, budget_bytes: int, overhead: float = SORT_OVERHEAD) -> int:
+    if total_bytes * overhead <= budget_bytes:
         return 0
-    return max(1, math.ceil(math.log2(total_bytes * SORT_OVERHEAD / budget_bytes)))
+    return max(1, math.ceil(math.log2(total_bytes * overhead / budget_bytes)))
 
 
 def key_partitions(
@@ -43,13 +44,15 @@ def key_partitions(
     budget_bytes: int,
     tmp_dir: str | Path,
     stats: Callable[[str, int], None] | None = None,
+    overhead: float = SORT_OVERHEAD,
 ) -> Iterator[np.ndarray]:
     """Yield arrays that together hold every record from ``chunks()``; records with equal ``key`` (a uint64
     field) are always in the same array, arrays come in ascending key range, each (unsorted) within budget.
 
-    ``chunks`` is a callable returning a fresh iterator of record arrays (read lazily from disk)."""
+    ``chunks`` is a callable returning a fresh iterator of record arrays (read lazily from disk);
+    ``overhead`` is the caller's working memory per byte of a partition's records."""
     dtype = np.dtype(dtype)
-    bits = partition_bits(total_records * dtype.itemsize, budget_bytes)
+    bits = partition_bits(total_records * dtype.itemsize, budget_bytes, overhead)
     if bits == 0:
         parts = [c for c in chunks() if len(c)]
         yield np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
@@ -78,7 +81,7 @@ def key_partitions(
             path = tmp / f"{p:05d}.bin"
             arr = np.fromfile(path, dtype=dtype)
             path.unlink()
-            if arr.nbytes * SORT_OVERHEAD > budget_bytes * 2:
+            if arr.nbytes * overhead > budget_bytes * 2:
                 log.warning("spill partition %d holds %d bytes (budget %d): many records share few keys",
                             p, arr.nbytes, budget_bytes)
             yield arr

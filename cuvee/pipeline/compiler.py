@@ -15,6 +15,7 @@ from pathlib import Path
 
 from datatrove.pipeline.base import PipelineStep
 
+from cuvee.pipeline.readers import split_input_path
 from cuvee.pipeline.recipe import Recipe
 from cuvee.pipeline.registry import Barrier, BuildContext, get_stage
 from cuvee.pipeline.writers import exclusion_writer, intermediate_reader, intermediate_writer, output_writer
@@ -32,21 +33,6 @@ class Job:
     tasks: int
     workers: int | None = None
     logging_dir: Path = field(default_factory=Path)
-
-
-def split_input_path(path: str) -> tuple[str, str | None]:
-    """'data/*.warc.gz' -> ('data', '*.warc.gz'); a file -> (its folder, its name); a folder -> (folder, None)."""
-    if "://" not in path and not any(ch in path for ch in "*?["):
-        if os.path.isdir(path):
-            return path, None
-        return os.path.dirname(path) or ".", os.path.basename(path)
-    # glob or URL: the folder is everything before the first component with a wildcard
-    head, parts = [], path.split("/")
-    for i, part in enumerate(parts):
-        if any(ch in part for ch in "*?["):
-            return "/".join(head) or ".", "/".join(parts[i:])
-        head.append(part)
-    return path, None
 
 
 def check_inputs(recipe: Recipe) -> None:
