@@ -195,7 +195,8 @@ def datatrove_fineweb(inp: Path, out: Path) -> list:
     from datatrove.pipeline.readers import WarcReader
     from datatrove.pipeline.writers import JsonlWriter
 
-    lang = LanguageFilter()  # FineWeb: English, 0.65, ft176
+    # FineWeb keeps English >= 0.65 with ft176 (in datatrove 0.10 the default languages=None would keep every language)
+    lang = LanguageFilter(languages=["en"], language_threshold=0.65)
     lang.model._model = _LocalLid176()
     return [
         WarcReader(str(inp), glob_pattern="*.warc.gz"),

@@ -71,35 +71,69 @@ def exclusion_writer(path: str):
     return JsonlWriter(path, output_filename="${rank}.jsonl.gz", adapter=_jsonl_adapter)
 
 
-def intermediate_writer(folder: Path):
-    """Between segments: one file per rank so the next segment's rank r reads exactly what rank r wrote.
-    Uncompressed: these files live for one run and gzip cost as much as a MinHash signature."""
-    return JsonlWriter(str(folder), output_filename="${rank}.jsonl", adapter=_jsonl_adapter, compression=None)
+class IntermediateWriter(PipelineStep):
+    """Between segments: ``<folder>/<rank>.jsonl``, one file per rank, so the next segment's rank r reads
+    exactly what rank r wrote. Uncompressed orjson lines written per batch and renamed into place when
+    complete: these files live for one run, and gzip plus per-document bookkeeping cost as much as a
+    MinHash signature."""
+
+    name = "💾 intermediate writer"
+    type = "💽 - WRITER"
+
+    def __init__(self, folder: Path, batch_size: int = 1024):
+        super().__init__()
+        self.folder = Path(folder)
+        self.batch_size = batch_size
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        import orjson
+        from datatrove.utils.batching import batched
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / f".{rank:05d}.jsonl.tmp"
+        with open(tmp, "wb") as f:
+            for batch in batched(data or (), self.batch_size):
+                with self.track_time():
+                    f.write(b"".join(orjson.dumps({"text": d.text, "id": str(d.id), "metadata": clean_metadata(d.metadata)})
+                                     + b"\n" for d in batch))
+                self.stat_update("total", value=len(batch))
+        tmp.replace(self.folder / f"{rank:05d}.jsonl")
+        return
+        yield
 
 
 class RankFileReader(PipelineStep):
-    """Reads back exactly ``<folder>/<rank>.jsonl`` (datatrove's readers shard by sorted file list,
-    which shifts files between ranks when a rank wrote nothing)."""
+    """Reads back exactly ``<folder>/<rank>.jsonl`` (datatrove's readers shard by sorted file list, which
+    shifts files between ranks when a rank wrote nothing, and skip empty texts)."""
 
     name = "🔁 intermediate reader"
     type = "📖 - READER"
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, batch_size: int = 1024):
         super().__init__()
         self.folder = Path(folder)
+        self.batch_size = batch_size
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
+        import orjson
+        from datatrove.utils.batching import batched
+
         if data:
             yield from data
         path = self.folder / f"{rank:05d}.jsonl"
         if not path.exists():
             return
-        with open(path, "rt", encoding="utf-8") as f:
-            for line in f:
-                row = json.loads(line)
-                self.stat_update("total")
-                self.stat_update("forwarded")
-                yield Document(text=row["text"], id=row["id"], metadata=row.get("metadata") or {})
+        with open(path, "rb") as f:
+            for lines in batched(f, self.batch_size):
+                rows = [orjson.loads(line) for line in lines]
+                self.stat_update("total", value=len(rows))
+                self.stat_update("forwarded", value=len(rows))
+                for r in rows:
+                    yield Document(text=r["text"], id=r["id"], metadata=r.get("metadata") or {})
+
+
+def intermediate_writer(folder: Path) -> IntermediateWriter:
+    return IntermediateWriter(folder)
 
 
 def intermediate_reader(folder: Path) -> RankFileReader:
