@@ -49,3 +49,27 @@ def test_slurm_run_with_stats_and_accounting(cluster, tmp_path):
     # re-merging stats later (as after a --no-wait submission) gives the same funnel
     again = restat(path)
     assert again["accounting"] == a
+
+
+def test_demo_recipe_unchanged_on_slurm_matches_local(cluster, tmp_path, repo_root):
+    """The same recipe file scales from local to SLURM: only the executor is overridden. Its dedup stages
+    chain segments and whole-corpus phases through sbatch dependencies (datatrove's `depends`)."""
+    from cuvee.card.build import write_card
+    from huggingface_hub import DatasetCard
+
+    recipe = repo_root / "recipes" / "demo.yaml"
+    local = run_recipe(recipe, {"run_dir": str(tmp_path / "local")})
+    slurm = run_recipe(recipe, {"run_dir": str(tmp_path / "slurm"),
+                                "executor": {"kind": "slurm", "tasks": 2, "partition": "debug", "time": "00:20:00",
+                                             "mem_per_cpu_gb": 1}})
+    assert slurm["complete"] and slurm["accounting"]["balanced"]
+    assert slurm["accounting"]["by_reason"] == local["accounting"]["by_reason"]
+    assert slurm["accounting"]["kept"] == local["accounting"]["kept"] > 0
+    assert len(slurm["phases"]) >= 2  # exact + MinHash phases ran as their own SLURM jobs
+    ids = lambda d: sorted(x.id for x in iter_documents(Path(d) / "output"))
+    assert ids(tmp_path / "slurm") == ids(tmp_path / "local")
+    # a dataset card from the SLURM run's stats (merged across tasks) has the same numbers
+    files = write_card(tmp_path / "slurm")
+    card = DatasetCard.load(files.readme)
+    assert card.data.pretty_name
+    assert f"**{slurm['accounting']['records_read']}** input records" in files.readme.read_text()
