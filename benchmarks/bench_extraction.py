@@ -193,11 +193,11 @@ def main() -> None:
     warc = tmp / "scrapinghub.warc.gz"
     url_to_id = wrap(pages, warc)
     out, dt, st = isolated(run_cuvee, warc)
-    rows.append(("scrapinghub", "cuvee WARC->response_check->extract (FineWeb settings)", scrapinghub_score(gt, by_id(out, url_to_id)), (dt, st)))
-    out, dt, st = isolated(run_cuvee, warc, deduplicate=False)
-    rows.append(("scrapinghub", "cuvee, extract deduplicate=False", scrapinghub_score(gt, by_id(out, url_to_id)), (dt, st)))
-    out, dt, st = isolated(run_cuvee, warc, fast=True)
-    rows.append(("scrapinghub", "cuvee, extract fast=True (no fallback)", scrapinghub_score(gt, by_id(out, url_to_id)), (dt, st)))
+    rows.append(("scrapinghub", "cuvee WARC->response_check->extract (default)", scrapinghub_score(gt, by_id(out, url_to_id)), (dt, st)))
+    out, dt, st = isolated(run_cuvee, warc, deduplicate=True)
+    rows.append(("scrapinghub", "cuvee, FineWeb-exact (recipes/fineweb.yaml: deduplicate=True)", scrapinghub_score(gt, by_id(out, url_to_id)), (dt, st)))
+    out, dt, st = isolated(run_cuvee, warc, deduplicate=True, fast=True)
+    rows.append(("scrapinghub", "cuvee, FineWeb settings + fast=True (no fallback)", scrapinghub_score(gt, by_id(out, url_to_id)), (dt, st)))
     if not args.skip_datatrove:
         out, dt, st = isolated(run_datatrove, warc)
         rows.append(("scrapinghub", "datatrove WarcReader->Trafilatura (FineWeb)", scrapinghub_score(gt, by_id(out, url_to_id)), (dt, st)))
@@ -215,8 +215,8 @@ def main() -> None:
             wpages.append((item, g.get("url") or f"http://bench.local/{item}", gzip.decompress(html.read_bytes())))
         warc = tmp / "wcxb.warc.gz"
         url_to_id = wrap(wpages, warc)
-        out, dt, st = isolated(run_cuvee, warc)
-        rows.append(("wcxb-test", "cuvee WARC->response_check->extract (FineWeb settings)", bow_score(gts, by_id(out, url_to_id)), (dt, st)))
+        out, dt, st = isolated(run_cuvee, warc, deduplicate=True)
+        rows.append(("wcxb-test", "cuvee WARC->response_check->extract (FineWeb-exact)", bow_score(gts, by_id(out, url_to_id)), (dt, st)))
         if not args.skip_datatrove:
             out, dt, st = isolated(run_datatrove, warc)
             rows.append(("wcxb-test", "datatrove WarcReader->Trafilatura (FineWeb)", bow_score(gts, by_id(out, url_to_id)), (dt, st)))

@@ -75,3 +75,25 @@ def test_prefilter_keeps_what_the_full_path_keeps():
     assert len(full_kept) > 30
     assert full_kept <= pre_kept, full_kept - pre_kept
     assert len(pre_kept) < len(docs)  # and it does skip something
+
+
+def test_english_menus_do_not_rescue_a_non_english_page(tmp_path):
+    """A German article with an English navigation (short lines): trafilatura would extract German text, which
+    the language stage drops, so the cascade must skip it; counting the menu lines as a chunk would keep it."""
+    menu = "".join(f"<li><a href='/{i}'>{w}</a></li>" for i, w in enumerate(
+        ["Home", "About us", "Contact us", "Log in", "Sign up now", "Our products", "Latest news", "Help center",
+         "Privacy policy", "Terms of use", "Careers", "Shop online", "Customer service", "Gift cards"] * 3))
+    de = ("<p>Der Ausschuss veröffentlichte am Montag seinen Jahresbericht über den öffentlichen Nahverkehr in der Region. "
+          "Darin empfiehlt er häufigere Verbindungen am Abend und günstigere Fahrkarten für Studierende und Auszubildende.</p>")
+    html = f"<html><body><nav><ul>{menu}</ul></nav><article>{de * 2}</article></body></html>"
+    path = tmp_path / "menu.warc.gz"
+    write_warc(str(path), [Page("http://e/de-with-english-menu", html.encode())])
+    docs = lambda: ResponseCheck().run(make_reader(str(path)).run())  # noqa: E731
+    assert list(LanguagePrefilter(("en",)).run(docs())) == []
+    # the same page passes when every line may form a chunk (the menu alone reads as English)
+    assert len(list(LanguagePrefilter(("en",), chunk_min_words=1).run(docs()))) == 1
+    # and the full path indeed does not keep it as English
+    from cuvee.filters.language import LanguageFilter
+
+    full = list(LanguageFilter({"en": 0.65}).run(TrafilaturaExtract().run(docs())))
+    assert full == []

@@ -10,7 +10,11 @@ Evidence, cheapest first:
    ~10x faster than trafilatura) scored by fastText lid.176; the page is dropped when the summed
    probability of the wanted languages is below ``threshold`` for the whole text AND no paragraph chunk
    (~``chunk_chars`` characters) reaches ``chunk_threshold`` (keyword-stuffed or menu-heavy English pages
-   score low as a whole, yet trafilatura may extract one clean English paragraph from them).
+   score low as a whole, yet trafilatura may extract one clean English paragraph from them). Chunks are
+   built from prose-like lines only (>= ``chunk_min_words`` words): trafilatura keeps paragraphs, not menu
+   items, buttons or breadcrumbs, and non-English sites often keep those in English ("Home", "Log in",
+   "Contact us"); counting them made the chunk test pass ~120 non-English pages of 344 in the throughput
+   benchmark without rescuing a single page the full path keeps.
 
 The threshold is deliberately LOW (default 0.1, against FineWeb's 0.65 on the extracted text): the cascade
 must keep >= 99.5 % of the documents the full path keeps; it only skips clear-cut cases. Pages whose quick
@@ -68,8 +72,9 @@ class LanguagePrefilter(PipelineStep):
     type = "🔻 - FILTER"
 
     def __init__(self, languages: tuple[str, ...] = ("en",), threshold: float = 0.1, use_cc_metadata: bool = True, min_chars: int = 50,
-                 chunk_threshold: float = 0.5, chunk_chars: int = 200):
+                 chunk_threshold: float = 0.5, chunk_chars: int = 200, chunk_min_words: int = 5):
         super().__init__()
+        self.chunk_min_words = chunk_min_words
         self.chunk_threshold = chunk_threshold
         self.chunk_chars = chunk_chars
         self.languages = tuple(languages)
@@ -93,7 +98,7 @@ class LanguagePrefilter(PipelineStep):
         size = 0
         for line in text.splitlines():
             line = line.strip()
-            if not line:
+            if not line or len(line.split()) < self.chunk_min_words:
                 continue
             buf.append(line)
             size += len(line)
@@ -151,6 +156,7 @@ class LanguagePrefilterParams(StageParams):
     min_chars: int = Field(50, ge=0, description="pages with less quick text than this are kept undecided")
     chunk_threshold: float = Field(0.5, ge=0.0, le=1.01, description="also keep a page when one paragraph chunk scores this high (>1 disables)")
     chunk_chars: int = Field(200, ge=20, description="paragraph chunk size for the chunk test")
+    chunk_min_words: int = Field(5, ge=1, description="only lines with at least this many words (prose, not menus) form chunks; use 1 for languages written without spaces")
 
     @field_validator("languages")
     @classmethod
@@ -161,4 +167,5 @@ class LanguagePrefilterParams(StageParams):
 @register_stage("cc_language_prefilter", LanguagePrefilterParams)
 def build_cc_language_prefilter(p: LanguagePrefilterParams, ctx: BuildContext):
     """Cheap pre-extraction language cascade: CC's CLD2 metadata, else resiliparse text + fastText lid.176 (low threshold)."""
-    return [LanguagePrefilter(tuple(p.languages), p.threshold, p.use_cc_metadata, p.min_chars, p.chunk_threshold, p.chunk_chars)]
+    return [LanguagePrefilter(tuple(p.languages), p.threshold, p.use_cc_metadata, p.min_chars, p.chunk_threshold, p.chunk_chars,
+                              p.chunk_min_words)]
