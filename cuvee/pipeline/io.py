@@ -44,6 +44,14 @@ def _doc_from_row(row: dict, source: str, i: int) -> Document:
     return Document(text=row.get("text") or "", id=str(row.get("id") or f"{source}/{i}"), metadata=meta)
 
 
+def _open_zst(path: str, mode: str = "rt"):
+    import io
+
+    import zstandard
+
+    return io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(open(path, "rb")), encoding="utf-8")
+
+
 def iter_documents(paths: str | Iterable[str], columns: list[str] | None = None) -> Iterator[Document]:
     """Yield Documents from Parquet/JSONL files, folders or globs, in a deterministic order."""
     for path in expand_paths(paths):
@@ -57,15 +65,7 @@ def iter_documents(paths: str | Iterable[str], columns: list[str] | None = None)
                     yield _doc_from_row(row, path, i)
                     i += 1
         else:
-            opener = gzip.open if path.endswith(".gz") else open
-            if path.endswith(".zst"):
-                import zstandard
-
-                def opener(p, mode):  # noqa: E306
-                    import io
-
-                    return io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(open(p, "rb")), encoding="utf-8")
-
+            opener = _open_zst if path.endswith(".zst") else gzip.open if path.endswith(".gz") else open
             with opener(path, "rt") as f:
                 for i, line in enumerate(f):
                     if line.strip():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import importlib.metadata as _md
 import json
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 from cuvee import __version__

@@ -24,8 +24,8 @@ from __future__ import annotations
 import codecs
 import re
 
-from datatrove.data import Document, DocumentsPipeline
-from datatrove.pipeline.base import PipelineStep
+from datatrove.data import Document
+from datatrove.pipeline.filters.base_filter import BaseFilter
 from pydantic import Field
 
 from cuvee.pipeline.readers import RAW_PAYLOAD_ID
@@ -111,7 +111,7 @@ def pop_raw_payload(doc: Document) -> bytes | None:
     return None
 
 
-class ResponseCheck(PipelineStep):
+class ResponseCheck(BaseFilter):
     """Keeps allowed HTTP statuses and HTML-ish content types; decodes the payload to ``doc.text``."""
 
     name = "🔎 response check + charset"
@@ -153,17 +153,9 @@ class ResponseCheck(PipelineStep):
         md["charset_source"] = source
         return None
 
-    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        for doc in data:
-            self.stat_update("total")
-            with self.track_time():
-                reason = self._verdict(doc)
-            if reason:
-                self.stat_update("dropped", f"dropped_{reason}")
-                continue
-            self.stat_update("forwarded")
-            self.update_doc_stats(doc)
-            yield doc
+    def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        reason = self._verdict(doc)
+        return (False, reason) if reason else True
 
 
 class ResponseCheckParams(StageParams):
