@@ -23,7 +23,7 @@ from cuvee.mixer.config import MixConfig, MixConfigError, load_mix_config
 from cuvee.mixer.indexed import IndexedDataset, IndexedDatasetWriter, dtype_for_vocab
 from cuvee.mixer.shuffle import epoch_stream
 from cuvee.mixer.sources import estimate_source, resolve_files, tokenize_source
-from cuvee.mixer.tokenizers import TokenizerMismatchError, load_tokenizer
+from cuvee.mixer.tokenizers import TokenizerMismatchError, load_tokenizer, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -66,14 +66,6 @@ def plan_sources(cfg: MixConfig, available: list[int]) -> list[SourcePlan]:
             + "\nlower the weight or target_tokens, raise max_epochs, or add data"
         )
     return plans
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _check_existing(out: Path, name: str, tokenizer, overwrite: bool) -> None:
@@ -140,8 +132,8 @@ class _ShardWriter:
                 "documents": w.documents,
                 "tokens": w.tokens,
                 "source_tokens": list(self._source_tokens),
-                "sha256_bin": _sha256(Path(f"{w.prefix}.bin")),
-                "sha256_idx": _sha256(Path(f"{w.prefix}.idx")),
+                "sha256_bin": sha256_file(Path(f"{w.prefix}.bin")),
+                "sha256_idx": sha256_file(Path(f"{w.prefix}.idx")),
             }
         )
 
@@ -275,7 +267,7 @@ def verify_mix(out_dir: str | Path) -> dict:
             path = Path(f"{prefix}{ext}")
             if not path.exists():
                 problems.append(f"{path.name}: missing")
-            elif _sha256(path) != s[key]:
+            elif sha256_file(path) != s[key]:
                 problems.append(f"{path.name}: sha256 differs from the manifest")
         if not problems:
             ds = IndexedDataset(prefix)

@@ -6,7 +6,6 @@ documents (to shuffle and repeat them) - a Megatron-format cache gives both thro
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -64,11 +63,9 @@ def resolve_files(src: SourceConfig) -> list[str]:
 
 
 def file_digest(path: str) -> dict:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return {"path": path, "bytes": os.path.getsize(path), "sha256": h.hexdigest()}
+    from cuvee.mixer.tokenizers import sha256_file
+
+    return {"path": path, "bytes": os.path.getsize(path), "sha256": sha256_file(path)}
 
 
 def _matches(value: Any, cond: Any) -> bool:

@@ -185,7 +185,7 @@ class HFTokenizer(Tokenizer):
             raise TokenizerMismatchError(f"tokenizer {path}: EOS token {eos!r} is not in its vocabulary")
         self.eos_id = int(eos_id)
         self.vocab_size = int(self.tok.get_vocab_size(with_added_tokens=True))
-        self.fingerprint = _sha256_file(path)
+        self.fingerprint = sha256_file(path)
         # encode_batch_fast skips offset tracking; older tokenizers lack it
         self._hf_encode = getattr(self.tok, "encode_batch_fast", self.tok.encode_batch)
         self.num_threads = num_threads or max(1, os.cpu_count() or 1)
@@ -223,7 +223,8 @@ class HFTokenizer(Tokenizer):
         return {**super().describe(), "engine": self.engine}
 
 
-def _sha256_file(path: str) -> str:
+def sha256_file(path: str | Path) -> str:
+    """Streaming SHA-256 of a file (tokenizer files, shards, source files)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
