@@ -50,81 +50,19 @@ def dedup_step_seconds(logs: Path) -> float:
     return total
 
 
-def lean_io():
-    """What-if for cuvee/pipeline/writers.py (not used by cuvee itself): an intermediate writer/reader
-    with orjson lines and counters per 1024 documents instead of datatrove's per-document
-    JsonlWriter bookkeeping (output-filename template, three stat updates per document)."""
-    import orjson
-    from datatrove.data import Document
-    from datatrove.pipeline.base import PipelineStep
-    from datatrove.utils.batching import batched
-
-    from cuvee.pipeline.writers import clean_metadata
-
-    class LeanWriter(PipelineStep):
-        name = "lean jsonl writer"
-        type = "💽 - WRITER"
-
-        def __init__(self, folder):
-            super().__init__()
-            self.folder = Path(folder)
-
-        def run(self, data, rank: int = 0, world_size: int = 1):
-            self.folder.mkdir(parents=True, exist_ok=True)
-            tmp = self.folder / f".{rank:05d}.jsonl.tmp"
-            with open(tmp, "wb") as f:
-                for batch in batched(data, 1024):
-                    with self.track_time():
-                        f.write(b"".join(orjson.dumps({"text": d.text, "id": str(d.id),
-                                                       "metadata": clean_metadata(d.metadata)}) + b"\n"
-                                         for d in batch))
-                    self.stat_update("total", value=len(batch))
-                    self.stat_update("doc_len", value=sum(len(d.text) for d in batch))
-            tmp.replace(self.folder / f"{rank:05d}.jsonl")
-            return
-            yield
-
-    class LeanReader(PipelineStep):
-        name = "lean intermediate reader"
-        type = "📖 - READER"
-
-        def __init__(self, folder):
-            super().__init__()
-            self.folder = Path(folder)
-
-        def run(self, data=None, rank: int = 0, world_size: int = 1):
-            path = self.folder / f"{rank:05d}.jsonl"
-            if not path.exists():
-                return
-            with open(path, "rb") as f:
-                for lines in batched(f, 1024):
-                    rows = [orjson.loads(line) for line in lines]
-                    self.stat_update("total", value=len(rows))
-                    self.stat_update("forwarded", value=len(rows))
-                    yield from (Document(text=r["text"], id=r["id"], metadata=r.get("metadata") or {}) for r in rows)
-
-    return LeanWriter, LeanReader
-
-
-def run_cuvee(corpus_file: Path, backend: str, lean: bool = False) -> tuple[float, set[str], dict]:
+def run_cuvee(corpus_file: Path, backend: str) -> tuple[float, set[str], dict]:
     from datatrove.pipeline.readers import JsonlReader
 
     import cuvee.dedup.local_run as local_run
 
-    work = OUT / f"cuvee_{backend}{'_lean' if lean else ''}"
+    work = OUT / f"cuvee_{backend}"
     shutil.rmtree(work, ignore_errors=True)
-    saved = local_run.intermediate_writer, local_run.intermediate_reader
-    if lean:
-        local_run.intermediate_writer, local_run.intermediate_reader = lean_io()
-    try:
-        barrier = local_run.build("minhash_dedup", {"backend": backend}, work, 1)
-        chain = local_run.executors(barrier, [JsonlReader(str(corpus_file.parent), glob_pattern=corpus_file.name)],
-                                    work, 1)
-        t = time.perf_counter()
-        chain[-1].run()
-        wall = time.perf_counter() - t
-    finally:
-        local_run.intermediate_writer, local_run.intermediate_reader = saved
+    barrier = local_run.build("minhash_dedup", {"backend": backend}, work, 1)
+    chain = local_run.executors(barrier, [JsonlReader(str(corpus_file.parent), glob_pattern=corpus_file.name)],
+                                work, 1)
+    t = time.perf_counter()
+    chain[-1].run()
+    wall = time.perf_counter() - t
     return wall, kept_from(work / "output"), local_run.merged_counters(work)
 
 
@@ -215,8 +153,6 @@ def main():
     ap.add_argument("--docs", type=int, default=20000)
     ap.add_argument("--backends", default="numba,rensa", help="cuvee backends to run, the first is the reference")
     ap.add_argument("--skip-datatrove", action="store_true")
-    ap.add_argument("--lean-io", action="store_true", help="also run cuvee with the proposed lean intermediate "
-                                                          "writer/reader (a what-if for cuvee/pipeline/writers.py)")
     args = ap.parse_args()
     quiet()
     corpus = build_corpus(min_docs=args.docs)
@@ -237,9 +173,6 @@ def main():
         dedup_only[f"cuvee ({backend})"] = dedup_step_seconds(OUT / f"cuvee_{backend}" / "logs")
         steps = {k: v for k, v in c["seg00"].items() if "signatures" in k}
         print(f"cuvee {backend}: {wall:.1f}s  signatures={steps}  clusters={c['minhash_clusters']}")
-    if args.lean_io:
-        wall, kept, _ = run_cuvee(corpus_file, backends[0], lean=True)
-        results[f"cuvee ({backends[0]}) + proposed lean intermediate I/O"] = (wall, kept)
     wall, kept, info = run_datasketch(corpus_file)
     results["datasketch"] = (wall, kept)
     dedup_only["datasketch"] = wall - info["read"] - info["write"]
