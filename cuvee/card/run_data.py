@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from cuvee.pipeline.stats import counter_value
+
 log = logging.getLogger(__name__)
 
 
@@ -92,16 +94,6 @@ def _stage_from_json(d: dict[str, Any]) -> StageStats:
     )
 
 
-def _metric_total(v: Any) -> float:
-    """datatrove stores each counter as a MetricStats dict ({"total": .., "n": ..}) or a bare number."""
-    if isinstance(v, dict):
-        return float(v.get("total", 0) or 0)
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return 0.0
-
-
 def _plain_name(name: str) -> str:
     """datatrove step names carry emoji ("🕷 CommonCrawl"); plot fonts lack them, so keep the words only."""
     import unicodedata
@@ -132,9 +124,9 @@ def stats_from_datatrove_logs(logs_dir: Path) -> dict[str, Any] | None:
                 if i >= len(merged):
                     merged.append({"name": _plain_name(str(step.get("name", f"step{i}"))), "time_s": 0.0, "counters": {}})
                 row = merged[i]
-                row["time_s"] += _metric_total((step.get("time_stats") or {}).get("total", 0))
+                row["time_s"] += counter_value((step.get("time_stats") or {}).get("total", 0))
                 for k, v in (step.get("stats") or {}).items():
-                    row["counters"][k] = row["counters"].get(k, 0) + _metric_total(v)
+                    row["counters"][k] = row["counters"].get(k, 0) + counter_value(v)
         for row in merged:
             c = row["counters"]
             dropped = {k[len("dropped_"):]: int(v) for k, v in c.items() if k.startswith("dropped_")}

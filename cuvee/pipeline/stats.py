@@ -37,11 +37,14 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-def _value(v) -> float:
+def counter_value(v) -> float:
     """datatrove serialises a counter as a number, or as {total, n, mean, ...} for measured values."""
     if isinstance(v, dict):
-        return v.get("total", 0)
-    return v or 0
+        return float(v.get("total", 0) or 0)
+    try:
+        return float(v or 0)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def load_job_stats(job: Job) -> tuple[list[dict], int]:
@@ -53,8 +56,8 @@ def load_job_stats(job: Job) -> tuple[list[dict], int]:
         data = json.loads(f.read_text())
         for i, st in enumerate(data[: len(steps)]):
             for k, v in st.get("stats", {}).items():
-                steps[i]["counters"][k] += _value(v)
-            steps[i]["time_s"] += float(_value(st.get("time_stats", 0)))
+                steps[i]["counters"][k] += counter_value(v)
+            steps[i]["time_s"] += counter_value(st.get("time_stats", 0))
     return steps, len(files)
 
 
