@@ -41,8 +41,8 @@ def test_resume_reproduces_uninterrupted_losses(demo_shards, tmp_path):
     assert set(rest["losses"]) == {4, 5, 6}
     for step in (4, 5, 6):
         assert rest["losses"][step] == full["losses"][step]  # bit-exact, not approximately
-    a = torch.load(full["checkpoint"], weights_only=False)["model"]
-    b = torch.load(rest["checkpoint"], weights_only=False)["model"]
+    a = torch.load(full["checkpoint"], weights_only=True)["model"]
+    b = torch.load(rest["checkpoint"], weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
     log = [json.loads(line) for line in open(tmp_path / "full" / "log.jsonl")]
     assert [r["step"] for r in log if r["event"] == "train"] == [1, 2, 3, 4, 5, 6]

@@ -5,19 +5,25 @@ to 0; average the last k checkpoints of each; compare held-out loss and bits-per
 Noise: every arm is run with several data-order seeds (the spread across seeds is training noise),
 and a paired bootstrap over held-out documents gives a confidence interval for the difference
 (evaluation noise). A difference counts only if it clears both.
+
+The output folder (and each arm's run folder under ``runs/``) is a cuvee train folder: claimed, locked
+while the ablation runs, and bound to its plan (start checkpoint, mixes, budget, seeds), so a rerun
+resumes only the same ablation and never averages checkpoints of two different ones.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
 import torch
 from pydantic import Field
 
-from cuvee.train.checkpoint import average_state_dicts, list_checkpoints, load_checkpoint
+from cuvee.folders import FolderLock, bind, claim, clean_stale_tmp, remove_owned
+from cuvee.train.checkpoint import average_state_dicts, checkpoint_identity, list_checkpoints, load_checkpoint
 from cuvee.train.config import DataConfig, ModelConfig, OptimConfig, TrainConfig, _Strict
 from cuvee.train.evaluate import evaluate, public
 from cuvee.train.model import Llama
@@ -72,11 +78,47 @@ def _arm_config(ac: AnnealConfig, state: dict, arm: str, paths: list[str], seed:
     )
 
 
-def run_anneal(ac: AnnealConfig, quiet: bool = False) -> dict:
+def _binding(ac: AnnealConfig) -> dict:
+    """What the arm runs under ``runs/`` depend on. Left out: ``name``/``out_dir`` (they only name the
+    folder), ``threads`` (execution only) and the evaluation settings (``eval``, ``eval_docs``,
+    ``bootstrap``): the report is recomputed from the arms on every run, so they may change freely.
+    The start checkpoint is bound by content, not by path."""
+    b = ac.model_dump(mode="json")
+    for key in ("name", "out_dir", "threads", "eval", "eval_docs", "bootstrap"):
+        b.pop(key)
+    b["checkpoint"] = checkpoint_identity(ac.checkpoint)
+    return b
+
+
+def _open_out_dir(out: Path, ac: AnnealConfig, fresh: bool, held: ExitStack) -> None:
+    """Claim, lock (until the ablation ends) and bind the anneal folder; ``fresh`` empties it first."""
+    what = "anneal output folder"
+    claim(out, "train", what=what)
+    lock = FolderLock(out, what).acquire()
+    if fresh:
+        try:
+            remove_owned(out, "train", what=what)
+            claim(out, "train", what=what)
+            new = FolderLock(out, what).acquire()
+        finally:
+            lock.release()
+        lock = new
+    held.callback(lock.release)
+    bind(out, _binding(ac), what=what, fresh_hint="--no-resume")
+    clean_stale_tmp(out)
+
+
+def run_anneal(ac: AnnealConfig, quiet: bool = False, fresh: bool = False) -> dict:
+    """Run (or resume) the ablation; ``fresh``: start over in a folder cuvee created (``--no-resume``)."""
+    state = load_checkpoint(ac.checkpoint)  # refuses a checkpoint that is not plain data, before any folder is made
+    with ExitStack() as held:
+        _open_out_dir(ac.resolved_out_dir(), ac, fresh, held)
+        return _run_anneal(ac, state, quiet)
+
+
+def _run_anneal(ac: AnnealConfig, state: dict, quiet: bool) -> dict:
     say = (lambda *a: None) if quiet else (lambda m: print(m, flush=True))
     out = ac.resolved_out_dir()
-    out.mkdir(parents=True, exist_ok=True)
-    state = load_checkpoint(ac.checkpoint)
     lr = ac.lr or start_lr(state)
     mcfg = ModelConfig(**state["model_config"])
     eval_sets = {name: open_shards(p) for name, p in ac.eval.items()}

@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 import yaml
+
+
+@contextmanager
+def _user_errors():
+    """Folder and checkpoint refusals are answers for the user, not bugs: one line, no traceback."""
+    from cuvee.folders import FolderError
+    from cuvee.train.checkpoint import CheckpointError
+
+    try:
+        yield
+    except (FolderError, CheckpointError) as e:
+        raise click.ClickException(" ".join(str(e).split())) from None
 
 
 def _parse_overrides(pairs: tuple[str, ...]) -> dict:
@@ -23,7 +36,8 @@ def _parse_overrides(pairs: tuple[str, ...]) -> dict:
 @click.command("train")
 @click.argument("config", type=click.Path(exists=True, dir_okay=False))
 @click.option("--set", "overrides", multiple=True, help="override a config key: --set steps=50 --set optim.lr=1e-3")
-@click.option("--no-resume", is_flag=True, help="ignore checkpoints in the output directory")
+@click.option("--no-resume", is_flag=True,
+              help="start over: empty the output directory (only if cuvee created it) instead of resuming")
 @click.option("--demo-data", type=click.Path(), default=None,
               help="first build the byte-level demo shards (data/curated) into this directory if missing")
 @click.option("--stop-after", type=int, default=None, help="stop (with a checkpoint) after this many steps in total")
@@ -38,11 +52,12 @@ def train(config, overrides, no_resume, demo_data, stop_after, export_hf):
 
         build_demo_data(demo_data)
     cfg = load_train_config(config, _parse_overrides(overrides))
-    result = run_train(cfg, resume=not no_resume, stop_after=stop_after)
-    if export_hf and result["checkpoint"] and os.environ.get("RANK", "0") == "0":
-        from cuvee.train.hf_export import export_checkpoint
+    with _user_errors():
+        result = run_train(cfg, resume=not no_resume, stop_after=stop_after)
+        if export_hf and result["checkpoint"] and os.environ.get("RANK", "0") == "0":
+            from cuvee.train.hf_export import export_checkpoint
 
-        click.echo(f"exported Hugging Face Llama to {export_checkpoint(result['checkpoint'], export_hf)}")
+            click.echo(f"exported Hugging Face Llama to {export_checkpoint(result['checkpoint'], export_hf)}")
     if os.environ.get("RANK", "0") != "0":
         return  # torchrun: rank 0 reports
     summary = {k: v for k, v in result.items() if k not in ("losses",)}
@@ -61,7 +76,9 @@ def train(config, overrides, no_resume, demo_data, stop_after, export_hf):
 @click.option("--average-last", type=int, help="average the last k checkpoints")
 @click.option("--out", "out_dir", help="output directory (report.md, report.json, runs/)")
 @click.option("--set", "overrides", multiple=True, help="override any anneal config key: --set micro_batch=4")
-def anneal(config, checkpoint, candidate, control, tokens, evals, seeds, average_last, out_dir, overrides):
+@click.option("--no-resume", is_flag=True,
+              help="start over: empty the output directory (only if cuvee created it) instead of resuming its runs")
+def anneal(config, checkpoint, candidate, control, tokens, evals, seeds, average_last, out_dir, overrides, no_resume):
     """Anneal CHECKPOINT on a candidate and a control mix (LR linearly to 0); compare held-out loss/bpb."""
     from cuvee.train.anneal import AnnealConfig, run_anneal
 
@@ -72,6 +89,7 @@ def anneal(config, checkpoint, candidate, control, tokens, evals, seeds, average
            "eval": dict(e.split("=", 1) for e in evals) or None}
     raw.update({k: v for k, v in cli.items() if v is not None})
     raw.update(_parse_overrides(overrides))
-    report = run_anneal(AnnealConfig(**raw))
+    with _user_errors():
+        report = run_anneal(AnnealConfig(**raw), fresh=no_resume)
     click.echo(f"report: {AnnealConfig(**raw).resolved_out_dir() / 'report.md'}")
     return report

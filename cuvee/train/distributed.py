@@ -80,8 +80,33 @@ def full_state_dict(model: torch.nn.Module, info: DistInfo) -> dict:
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def teardown(info: DistInfo) -> None:
-    if info.world_size > 1:
-        import torch.distributed as dist
+def broadcast_from_main(obj, info: DistInfo):
+    """Rank 0's ``obj`` on every rank (e.g. the outcome of checks only rank 0 may do, such as taking a lock)."""
+    if info.world_size == 1:
+        return obj
+    import torch.distributed as dist
 
+    box = [obj if info.is_main else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def teardown(info: DistInfo, clean: bool = True) -> None:
+    """Leave the process group on every rank before returning.
+
+    ``clean``: all ranks got here together, so first wait at a barrier: no rank may exit (and take its
+    gloo/NCCL threads down) while another is still in a collective or writing the checkpoint; a rank that
+    exited early is what aborted with "terminate called without an active exception". After an error the
+    others may never reach a barrier, so the group is just destroyed.
+    """
+    if info.world_size == 1:
+        return
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return
+    try:
+        if clean:
+            dist.barrier()
+    finally:
         dist.destroy_process_group()

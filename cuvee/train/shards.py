@@ -6,6 +6,7 @@ All shards of one run must share a tokenizer; its vocab size and EOS id come fro
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -112,3 +113,33 @@ def _merge_tokenizer(into: dict, new: dict, where: Path) -> None:
         if key in new and key in into and into[key] != new[key]:
             raise ValueError(f"{where}: tokenizer {key}={new[key]!r} differs from other shards ({into[key]!r})")
     into.update(new)
+
+
+def data_identity(shards: ShardSet) -> dict:
+    """What a run's data *is*, independent of where it lives: per shard its name, sizes and sha256s.
+
+    The sha256s come from the mixer's manifest (free; ``mix_sha256`` too when present). A shard without a
+    manifest entry gets the sha256 of its small ``.idx`` (every document's length) and its ``.bin`` size,
+    so a resume on other data stops even without a manifest. Paths are left out: moving a mix is fine.
+    """
+    manifests: dict[Path, dict] = {}
+    out = []
+    for ds in shards.datasets:
+        prefix = Path(ds.prefix)
+        parent = prefix.parent.resolve()
+        if parent not in manifests:
+            mf = parent / "manifest.json"
+            try:
+                manifests[parent] = json.loads(mf.read_text()) if mf.exists() else {}
+            except (OSError, ValueError):
+                manifests[parent] = {}
+        listed = manifests[parent].get("shards") or []
+        entry = next((s for s in listed if Path(s.get("prefix", "")).name == prefix.name), {})
+        rec = {"shard": prefix.name, "documents": len(ds), "bin_bytes": Path(f"{prefix}.bin").stat().st_size}
+        if entry.get("sha256_bin") and entry.get("sha256_idx"):
+            rec.update(sha256_bin=entry["sha256_bin"], sha256_idx=entry["sha256_idx"])
+        else:
+            rec["sha256_idx"] = hashlib.sha256(Path(f"{prefix}.idx").read_bytes()).hexdigest()
+        out.append(rec)
+    mixes = sorted({m["mix_sha256"] for m in manifests.values() if m.get("mix_sha256")})
+    return {"shards": out, "mix_sha256": mixes, "tokenizer": shards.tokenizer}

@@ -1,6 +1,10 @@
 """The training loop (nanoGPT-style, one readable function): packed document-masked batches, AdamW,
 warmup + cosine/WSD/linear LR, gradient accumulation and clipping, bf16 autocast on GPU, optional
 torch.compile, FSDP2 under torchrun, checkpoints with loader state for exact resume, tokens/s + MFU logs.
+
+The output folder belongs to one run: it is claimed (cuvee marker), locked for the whole run (a second
+process is refused) and bound to what decides its content (config, data, init checkpoint), so a resume
+never continues a different run's checkpoints and a resumed ``log.jsonl`` never repeats a step.
 """
 
 from __future__ import annotations
@@ -8,12 +12,14 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
 import torch
 
+from cuvee.folders import FolderError, FolderLock, bind, claim, clean_stale_tmp, remove_owned
 from cuvee.train import checkpoint as ckpt
 from cuvee.train import distributed as dist_utils
 from cuvee.train.attention import build_doc_mask, resolve_backend
@@ -23,7 +29,7 @@ from cuvee.train.loader import IGNORE_INDEX, PackedLoader
 from cuvee.train.mfu import flops_per_token, mfu, peak_flops
 from cuvee.train.model import Llama
 from cuvee.train.schedule import lr_at
-from cuvee.train.shards import open_shards
+from cuvee.train.shards import data_identity, open_shards
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +66,24 @@ def train(cfg: TrainConfig, resume: bool = True, stop_after: int | None = None, 
     ``stop_after``: stop once this many total steps are done (simulates an interruption; tests).
     ``init_from``: start a *new* run from another run's checkpoint weights (and optimizer moments if
     ``init_optimizer``); step, schedule and data order start fresh - this is what ``cuvee anneal`` does.
+    ``resume=False`` starts over: the output folder is emptied first (only if cuvee created it).
+    Raises :class:`cuvee.folders.FolderError` (folder in use, foreign, or bound to another plan) before any step.
     """
     info = dist_utils.setup()
+    clean = False
+    try:
+        with ExitStack() as held:  # the folder lock, released when the run ends however it ends
+            result = _train(cfg, info, held, resume, stop_after, init_from, init_optimizer, peak_lr, quiet)
+            clean = True
+            dist_utils.teardown(info, clean=True)  # every rank waits here: none exits mid-collective
+        return result
+    finally:
+        if not clean:
+            dist_utils.teardown(info, clean=False)
+
+
+def _train(cfg: TrainConfig, info, held: ExitStack, resume: bool, stop_after: int | None, init_from,
+           init_optimizer: bool, peak_lr: float | None, quiet: bool) -> dict:
     device = info.device
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -76,6 +98,7 @@ def train(cfg: TrainConfig, resume: bool = True, stop_after: int | None = None, 
         raise ValueError(f"model vocab_size {mcfg.vocab_size} < tokenizer vocab_size {shards.vocab_size}")
     if cfg.data.seq_len > mcfg.max_seq_len:
         raise ValueError(f"seq_len {cfg.data.seq_len} exceeds model max_seq_len {mcfg.max_seq_len}")
+    _open_out_dir(out_dir, _binding(cfg, mcfg, shards, info, init_from, init_optimizer, peak_lr), resume, info, held)
     loader = PackedLoader(shards, cfg.data.seq_len, cfg.micro_batch, seed=cfg.data.seed, rank=info.rank,
                           world_size=info.world_size, add_eos=cfg.data.add_eos)
     model = Llama(mcfg).to(device)
@@ -100,7 +123,9 @@ def train(cfg: TrainConfig, resume: bool = True, stop_after: int | None = None, 
         step, tokens_seen = state["step"], state["tokens_seen"]
         torch.set_rng_state(state["rng"])
         say(f"resumed from {latest} at step {step}")
-    elif init_from is not None:
+    if info.is_main:
+        _truncate_log(out_dir / "log.jsonl", step)
+    if latest is None and init_from is not None:
         state = ckpt.load_checkpoint(init_from)
         _load_model_and_optim(model, optimizer, state, info, load_optim=init_optimizer)
         say(f"initialised from {init_from} (step {state['step']})")
@@ -174,9 +199,85 @@ def train(cfg: TrainConfig, resume: bool = True, stop_after: int | None = None, 
             eval_results[name] = res
             jlog.write({"event": "eval", "step": step, "source": name, **res})
             say(f"eval {name}: loss {res['loss']:.4f}" + (f", bpb {res['bpb']:.4f}" if res["bpb"] else ""))
-    dist_utils.teardown(info)
     return {"out_dir": str(out_dir), "step": step, "tokens": tokens_seen, "losses": losses, "eval": eval_results,
             "checkpoint": str(last_ckpt) if last_ckpt else None, "params": n_params, "model": mcfg.model_dump()}
+
+
+def _binding(cfg: TrainConfig, mcfg, shards, info, init_from, init_optimizer: bool, peak_lr: float | None) -> dict:
+    """What decides the output folder's content; a resume must match it exactly (cuvee.folders.bind).
+
+    Left out on purpose, because they change no weight, loss or data order, only how the run is observed
+    or executed: ``name``/``out_dir`` (they only name the folder), ``log_every`` (how often a line is
+    logged), ``ckpt_every``/``keep_checkpoints`` (where snapshots are taken and how many are kept; resume
+    is exact from any step), ``threads`` (CPU threads: execution only, like resuming on another machine)
+    and ``data.paths`` (where the shards live: the data is bound by content instead, so a moved mix still
+    resumes and a different one at the same path does not). ``world_size`` stays: it changes the batch
+    and each rank's data order.
+    """
+    c = cfg.model_dump(mode="json")
+    for key in ("name", "out_dir", "log_every", "ckpt_every", "keep_checkpoints", "threads"):
+        c.pop(key)
+    c["data"].pop("paths")
+    c["model"] = mcfg.model_dump(mode="json")  # resolved: a preset is bound by its values, not its name
+    init = ({"checkpoint": ckpt.checkpoint_identity(init_from), "optimizer": init_optimizer}
+            if init_from is not None else None)
+    return {"config": c, "data": data_identity(shards), "world_size": info.world_size, "init": init,
+            "peak_lr": peak_lr}
+
+
+def _open_out_dir(out_dir: Path, binding: dict, resume: bool, info, held: ExitStack) -> None:
+    """Rank 0 claims, locks (for the whole run) and binds the folder; every rank learns the outcome."""
+    failure = error = None
+    if info.is_main:
+        what = "training output folder"
+        try:
+            claim(out_dir, "train", what=what)
+            lock = FolderLock(out_dir, what).acquire()
+            if not resume:  # start over: only a folder cuvee created is emptied, and only while we hold it
+                try:
+                    remove_owned(out_dir, "train", what=what)
+                    claim(out_dir, "train", what=what)
+                    fresh = FolderLock(out_dir, what).acquire()
+                finally:
+                    lock.release()
+                lock = fresh
+            held.callback(lock.release)
+            bind(out_dir, binding, what=what, fresh_hint="--no-resume")
+            clean_stale_tmp(out_dir)  # e.g. a torch.save killed half-way through step_X.pt.tmp
+        except Exception as e:
+            if info.world_size == 1:
+                raise
+            failure, error = (isinstance(e, FolderError), str(e)), e
+    failure = dist_utils.broadcast_from_main(failure, info)  # also keeps the other ranks out until the folder is ready
+    if failure is not None:
+        if info.is_main:
+            raise error
+        raise (FolderError if failure[0] else RuntimeError)(failure[1])
+
+
+def _truncate_log(path: Path, step: int) -> None:
+    """Keep only the log lines the checkpoint at ``step`` covers, so the resumed run never repeats a step.
+
+    Train lines after ``step`` were logged past the checkpoint and will be logged again; eval lines at
+    ``step`` or later were written after the final checkpoint and will be written again; a line a killed
+    process left half-written is dropped. Rewritten atomically.
+    """
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines()
+    keep = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+            at = int(rec.get("step", 0))
+        except (ValueError, TypeError, AttributeError):
+            continue
+        if at < step or (at == step and rec.get("event") == "train"):
+            keep.append(line)
+    if keep != lines or (lines and not path.read_text().endswith("\n")):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in keep))
+        os.replace(tmp, path)
 
 
 def _load_model_and_optim(model, optimizer, state: dict, info, load_optim: bool) -> None:
