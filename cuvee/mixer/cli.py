@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 
 import click
 
 
+class MixCliError(click.ClickException):
+    """A user-facing error: printed as ``Error: <message>`` (no traceback), exit status 2."""
+
+    exit_code = 2
+
+
 def _fail(e: Exception) -> None:
-    click.echo(f"error: {e}", err=True)
-    sys.exit(2)
+    raise MixCliError(str(e)) from None
 
 
 def format_plan(manifest: dict) -> str:
@@ -45,12 +49,20 @@ def format_plan(manifest: dict) -> str:
 @click.argument("config", type=click.Path())
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="output folder (default: config's output_dir or out/mix/<name>)")
 @click.option("--dry-run", is_flag=True, help="print the plan (tokens per source, epochs) without tokenizing")
-@click.option("--overwrite", is_flag=True, help="replace a mix made with a different tokenizer in the output folder")
+@click.option("--fresh", is_flag=True, help="replace the mix already in the output folder (only a folder cuvee created; only the mixer's own files)")
+@click.option("--overwrite", is_flag=True, hidden=True, help="older name of --fresh")
 @click.option("--keep-cache", is_flag=True, help="keep the per-source token caches (<out>/.cache)")
 @click.option("--json", "as_json", is_flag=True, help="print the manifest as JSON instead of the table")
 @click.option("--verify", is_flag=True, help="CONFIG is a mix output folder: re-check its shards against manifest.json")
-def mix(config, out_dir, dry_run, overwrite, keep_cache, as_json, verify):
-    """Build a weighted, tokenized mix from a mix config (mixes/*.yaml)."""
+def mix(config, out_dir, dry_run, fresh, overwrite, keep_cache, as_json, verify):
+    """Build a weighted, tokenized mix from a mix config (mixes/*.yaml).
+
+    The output folder is cuvee's own: it is claimed (marker), locked while the mix runs and bound to the
+    resolved config and source files. Rerunning the same config rebuilds it byte for byte; another mix or
+    a changed config is refused before any work (use --fresh to replace it, or another --out). A folder
+    holding files cuvee did not create is never written into.
+    """
+    from cuvee.folders import FolderError
     from cuvee.mixer.config import MixConfigError
     from cuvee.mixer.mix import run_mix, verify_mix
     from cuvee.mixer.tokenizers import TokenizerMismatchError
@@ -64,8 +76,8 @@ def mix(config, out_dir, dry_run, overwrite, keep_cache, as_json, verify):
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
-        manifest = run_mix(config, out_dir=out_dir, dry_run=dry_run, overwrite=overwrite, keep_cache=keep_cache)
-    except (MixConfigError, TokenizerMismatchError, FileNotFoundError) as e:
+        manifest = run_mix(config, out_dir=out_dir, dry_run=dry_run, fresh=fresh or overwrite, keep_cache=keep_cache)
+    except (MixConfigError, TokenizerMismatchError, FolderError, OSError) as e:
         _fail(e)
     if as_json:
         click.echo(json.dumps(manifest, indent=2))

@@ -3,6 +3,12 @@
 Determinism: documents are read in sorted file order, each source is shuffled by a seeded LCG bijection per
 epoch, sources are interleaved by the greedy token-deficit rule, and shards close at fixed token counts, so the
 same config, inputs and tokenizer give byte-identical shards (the manifest records every content hash).
+
+Ownership (see ``cuvee/folders.py``): the output folder is claimed as a cuvee ``mix`` folder, locked for the
+whole mix and bound to the resolved config and the source files before anything is tokenized. The mixer
+deletes only files it writes itself (its manifest, ``<name>_NNNNN.bin/.idx`` shards, the ``.cache`` folder,
+its plan and ``*.tmp`` files) and only inside a folder carrying the ``mix`` marker; a folder holding another
+mix is refused (``--fresh`` replaces it), a folder holding files cuvee did not create is refused outright.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ import hashlib
 import json
 import logging
 import math
+import os
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -18,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cuvee.folders import PLAN, FolderError, bind, claim, clean_stale_tmp, locked
 from cuvee.mixer.blend import greedy_blend
 from cuvee.mixer.config import MixConfig, MixConfigError, load_mix_config
 from cuvee.mixer.indexed import IndexedDataset, IndexedDatasetWriter, dtype_for_vocab
@@ -68,26 +77,226 @@ def plan_sources(cfg: MixConfig, available: list[int]) -> list[SourcePlan]:
     return plans
 
 
-def _check_existing(out: Path, name: str, tokenizer, overwrite: bool) -> None:
-    """Refuse to mix shards of two vocabularies in one folder (a trainer would read garbage); then clear the
-    previous mix's manifest and shards so a failed rerun cannot leave a manifest pointing at stale shards."""
-    path = out / MANIFEST
-    if path.exists():
-        old = json.loads(path.read_text())
-        old_tok = old.get("tokenizer", {})
-        if old_tok.get("fingerprint") != tokenizer.fingerprint and not overwrite:
+WHAT = "mix output folder"
+CACHE = ".cache"
+FRESH_HINT = "--fresh"
+
+
+def _flat(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
+def _load_tokenizer(cfg: MixConfig):
+    """The config's tokenizer, or a one-line :class:`MixConfigError` naming the mix and the tokenizer."""
+    spec = cfg.tokenizer
+    desc = spec.name or spec.path
+    try:
+        return load_tokenizer(spec, num_threads=cfg.threads)
+    except TokenizerMismatchError:
+        raise
+    except (ValueError, OSError) as e:  # unknown tiktoken encoding, missing file
+        raise MixConfigError(f"mix '{cfg.name}': cannot load tokenizer {desc!r}: {_flat(e)}") from None
+    except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception for an unreadable tokenizer.json
+        raise MixConfigError(f"mix '{cfg.name}': cannot load tokenizer {desc!r}: {type(e).__name__}: {_flat(e)}") from None
+
+
+def _tokens_per_byte(tokenizer) -> int | None:
+    """An upper bound on tokens per UTF-8 byte of raw text, or None when the tokenizer gives none.
+
+    Byte-level BPE (every tiktoken encoding, and tokenizer.json files compiled onto tiktoken's engine) emits
+    tokens that each cover at least one byte of its input, so tokens <= bytes; an NFC normalizer can grow a
+    text at most threefold (Unicode's bound for NFC). Other Hugging Face models (Unigram, WordPiece,
+    arbitrary normalizers) get no bound.
+    """
+    if tokenizer.kind == "tiktoken":
+        return 1
+    if getattr(tokenizer, "engine", None) == "tiktoken-compiled":
+        return 1 if getattr(tokenizer.tok, "normalizer", None) is None else 3
+    return None
+
+
+def _utf8_locale() -> bool:
+    import locale
+    import sys
+
+    return bool(sys.flags.utf8_mode) or locale.getpreferredencoding(False).lower().replace("-", "") == "utf8"
+
+
+def _byte_bound(files: list[str], per_byte: int | None) -> int | None:
+    """Upper bound on a source's tokens (EOS included) from file sizes alone, or None when there is none.
+
+    Only uncompressed JSONL gives one: each document's text is stored in its line (JSON escapes never
+    shrink it) next to at least ``{"text":""}`` and a newline, so text bytes + one EOS <= line bytes.
+    """
+    if per_byte is None or not files or not _utf8_locale():
+        return None
+    if not all(f.endswith(".jsonl") for f in files):
+        return None
+    return per_byte * sum(os.path.getsize(f) for f in files)
+
+
+def _need(cfg: MixConfig, i: int) -> int:
+    return int(round(cfg.weights[i] * cfg.target_tokens))
+
+
+def _budget_message(cfg: MixConfig, i: int, available: int, what: str, bound: bool = False) -> str:
+    """One line: which source, what its weight needs, what it has, and what would fix it.
+
+    ``bound``: ``available`` is an upper bound, not a count, so the fixes are necessary, maybe not sufficient.
+    """
+    src, w, need = cfg.sources[i], cfg.weights[i], _need(cfg, i)
+    allowed = int(available * src.max_epochs)
+    epochs = need / available if available else math.inf
+    least = "at least " if bound else ""
+    if allowed <= 0:
+        fixes = ["add data to it or remove it from the mix"]
+    else:
+        fixes = [f"raise max_epochs to {least}{math.ceil(epochs * 100) / 100:g}",
+                 f"lower its weight to at most {allowed / cfg.target_tokens:.4g} (weights are shares of target_tokens)",
+                 f"lower target_tokens to at most {int(allowed / w):,}",
+                 "or add data"]
+    return (f"mix '{cfg.name}': source '{src.name}' cannot meet its weight: weight {w:.4g} x {cfg.target_tokens:,} "
+            f"target tokens = {need:,} tokens needed, but {what}, and max_epochs {src.max_epochs:g} allows at most "
+            f"{allowed:,} (it needs {least}{epochs:.3g} epochs, above max_epochs {src.max_epochs:g}); " + ", ".join(fixes))
+
+
+def _precheck_budget(cfg: MixConfig, files: list[list[str]], tokenizer) -> None:
+    """Refuse, before tokenizing anything, a weight that even an upper bound on the source's tokens cannot meet."""
+    per_byte = _tokens_per_byte(tokenizer)
+    for i, fs in enumerate(files):
+        bound = _byte_bound(fs, per_byte)
+        if bound is not None and _need(cfg, i) > bound * cfg.sources[i].max_epochs:
+            nbytes = sum(os.path.getsize(f) for f in fs)
+            raise EpochBudgetError(_budget_message(
+                cfg, i, bound, f"its {len(fs)} file(s) hold at most {nbytes:,} bytes, so at most {bound:,} tokens", bound=True))
+
+
+def _check_source_budget(cfg: MixConfig, i: int, available: int, documents: int) -> None:
+    """Stop right after tokenizing a source whose weight cannot be met (its target does not depend on others)."""
+    if _need(cfg, i) > available * cfg.sources[i].max_epochs:
+        raise EpochBudgetError(_budget_message(cfg, i, available, f"it has {available:,} tokens ({documents:,} documents)"))
+
+
+def _risk_order(cfg: MixConfig, files: list[list[str]]) -> list[int]:
+    """Sources by needed tokens per stored byte, highest first: the likeliest infeasible source is tokenized
+    (and refused) before the others. The order changes nothing in the output (caches are per source)."""
+    def risk(i: int) -> float:
+        nbytes = sum(os.path.getsize(f) for f in files[i]) or 1
+        return _need(cfg, i) / (cfg.sources[i].max_epochs * nbytes)
+
+    return sorted(range(len(cfg.sources)), key=lambda i: -risk(i))
+
+
+def _binding(cfg: MixConfig, tokenizer, files: list[list[str]]) -> dict:
+    """Everything that decides the folder's content: resolved config and the source files (paths + sizes)."""
+    return {
+        "name": cfg.name,
+        "seed": cfg.seed,
+        "target_tokens": cfg.target_tokens,
+        "shard_tokens": cfg.shard_tokens,
+        "tokenizer": tokenizer.describe(),
+        "sources": [
+            {
+                "name": s.name,
+                "weight": w,
+                "max_epochs": s.max_epochs,
+                "paths": list(s.paths),
+                "where": s.where,
+                "text_key": s.text_key,
+                "min_chars": s.min_chars,
+                "files": [{"path": os.path.abspath(f), "bytes": os.path.getsize(f)} for f in fs],
+            }
+            for s, w, fs in zip(cfg.sources, cfg.weights, files)
+        ],
+    }
+
+
+def _read_json(path: Path):
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _shard_re(name: str) -> re.Pattern:
+    return re.compile(rf"{re.escape(name)}_[0-9]{{5}}\.(bin|idx)")
+
+
+def _remove_cache(cache_dir: Path) -> None:
+    """Delete the mixer's own cache folder; a symlink put in its place is unlinked, never followed."""
+    if cache_dir.is_symlink() or cache_dir.is_file():
+        cache_dir.unlink()
+    elif cache_dir.is_dir():
+        shutil.rmtree(cache_dir)
+
+
+def _remove_mix_files(out: Path, names: set[str], plan: bool = False, cache: bool = True) -> int:
+    """Delete what the mixer writes, and nothing else: the manifest first (so no manifest can point at
+    missing shards), the ``<name>_NNNNN.bin/.idx`` shards of the given mix names, the cache, the plan."""
+    n = 0
+    if (out / MANIFEST).exists():
+        (out / MANIFEST).unlink()
+        n += 1
+    pats = [_shard_re(x) for x in sorted(names) if isinstance(x, str) and x]
+    for p in sorted(out.iterdir()):
+        if any(r.fullmatch(p.name) for r in pats) and (p.is_file() or p.is_symlink()):
+            p.unlink()
+            n += 1
+    if cache and ((out / CACHE).exists() or (out / CACHE).is_symlink()):
+        _remove_cache(out / CACHE)
+        n += 1
+    if plan and (out / PLAN).exists():
+        (out / PLAN).unlink()
+        n += 1
+    return n
+
+
+def _probe_writable(out: Path) -> None:
+    probe = out / f".cuvee-write-probe.{os.getpid()}.tmp"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise FolderError(f"{WHAT} {out} is not writable: {e.strerror or e}") from None
+
+
+def _prepare_folder(out: Path, cfg: MixConfig, tokenizer, binding: dict, fresh: bool) -> None:
+    """Under the lock: refuse another finished mix, drop an unfinished attempt, bind, clear the previous
+    build of this very mix (it is rebuilt byte for byte)."""
+    from cuvee.folders import fingerprint
+
+    recorded = _read_json(out / PLAN)
+    manifest = _read_json(out / MANIFEST)
+    names = {cfg.name}
+    for doc in (manifest, (recorded or {}).get("binding")):
+        if isinstance(doc, dict) and isinstance(doc.get("name"), str):
+            names.add(doc["name"])
+    if fresh:
+        n = _remove_mix_files(out, names, plan=True)
+        log.info("--fresh: removed %d mix file(s) from %s", n, out)
+    elif manifest:
+        old_name = manifest.get("name")
+        if old_name != cfg.name:
+            raise FolderError(
+                f"{WHAT} {out} holds mix '{old_name}' ({len(manifest.get('shards', []))} shards, "
+                f"{manifest.get('total_tokens', 0):,} tokens), not '{cfg.name}'; use {FRESH_HINT} to replace it, "
+                f"or choose another output folder (--out)")
+        old_tok = manifest.get("tokenizer", {})
+        if old_tok.get("fingerprint") != tokenizer.fingerprint:
             raise TokenizerMismatchError(
-                f"{out} already holds mix '{old.get('name')}' tokenized with {old_tok.get('name')} "
+                f"{out} already holds mix '{old_name}' tokenized with {old_tok.get('name')} "
                 f"(vocab {old_tok.get('vocab_size')}), not {tokenizer.name} (vocab {tokenizer.vocab_size}); "
-                "use another output folder or overwrite=True (--overwrite)"
+                f"use another output folder or {FRESH_HINT}"
             )
-        path.unlink()
-        for shard in old.get("shards", []):
-            for ext in (".bin", ".idx"):
-                (out / f"{shard['prefix']}{ext}").unlink(missing_ok=True)
-    for stale in out.glob(f"{name}_[0-9][0-9][0-9][0-9][0-9].*"):
-        if stale.suffix in (".bin", ".idx"):
-            stale.unlink()
+    elif recorded is not None and recorded.get("fingerprint") != fingerprint(binding):
+        # an earlier attempt stopped before its manifest: nothing finished is lost by starting over
+        n = _remove_mix_files(out, names, plan=True)
+        log.info("%s: replacing an unfinished attempt of another plan (%d file(s) removed)", out, n)
+    bind(out, binding, what=WHAT, fresh_hint=FRESH_HINT)
+    _remove_mix_files(out, names)
 
 
 def check_manifest_tokenizer(manifest: dict, tokenizer) -> None:
@@ -171,11 +380,18 @@ def run_mix(
     dry_run: bool = False,
     overwrite: bool = False,
     keep_cache: bool = False,
+    fresh: bool = False,
 ) -> dict:
-    """Build the mix; returns the manifest (for ``dry_run``, the plan with estimated tokens, nothing written)."""
+    """Build the mix; returns the manifest (for ``dry_run``, the plan with estimated tokens, nothing written).
+
+    Every error that can be known up front (config, tokenizer, source paths, an output folder that is not
+    writable, foreign, busy or bound to another mix, a weight above even an upper bound of its source) is
+    raised before anything is tokenized. ``fresh`` (``overwrite`` is its older name) first removes the files a
+    previous mix wrote into this folder; it never touches a folder cuvee did not create.
+    """
     t0 = time.time()
     cfg = load_mix_config(config_path_or_obj)
-    tokenizer = load_tokenizer(cfg.tokenizer, num_threads=cfg.threads)
+    tokenizer = _load_tokenizer(cfg)
     files = [resolve_files(s) for s in cfg.sources]  # all missing sources fail before any work
     out = Path(out_dir or cfg.output_dir or f"out/mix/{cfg.name}")
     dtype = dtype_for_vocab(tokenizer.vocab_size)
@@ -200,13 +416,34 @@ def run_mix(
             entry["chars_per_token"] = round(r, 4)
         return {**base, "dry_run": True, "output_dir": str(out), "sources": sources}
 
-    out.mkdir(parents=True, exist_ok=True)
-    _check_existing(out, cfg.name, tokenizer, overwrite)
-    cache_dir = out / ".cache"
-    cache_dir.mkdir(exist_ok=True)
-    scans = []
-    for src, fs in zip(cfg.sources, files):
-        scans.append(tokenize_source(src, fs, tokenizer, cache_dir / src.name, dtype, cfg.batch_size))
+    _precheck_budget(cfg, files, tokenizer)
+    claim(out, "mix", what=WHAT)
+    with locked(out, WHAT):
+        clean_stale_tmp(out)
+        _probe_writable(out)
+        _prepare_folder(out, cfg, tokenizer, _binding(cfg, tokenizer, files), fresh or overwrite)
+        try:
+            manifest = _build(cfg, tokenizer, files, out, dtype, base, keep_cache, t0)
+        except BaseException:
+            # no half-built mix is left behind for a consumer that globs *.idx; the plan stays, so a rerun
+            # of the same config rebuilds here and a fixed config replaces this unfinished attempt
+            try:
+                _remove_mix_files(out, {cfg.name}, cache=not keep_cache)
+            except OSError:
+                pass
+            raise
+    log.info("mix %s: %d tokens in %d shards -> %s", cfg.name, manifest["total_tokens"], len(manifest["shards"]), out)
+    return manifest
+
+
+def _build(cfg: MixConfig, tokenizer, files, out: Path, dtype, base: dict, keep_cache: bool, t0: float) -> dict:
+    cache_dir = out / CACHE
+    cache_dir.mkdir()
+    scans: list = [None] * len(cfg.sources)
+    for i in _risk_order(cfg, files):
+        src = cfg.sources[i]
+        scans[i] = tokenize_source(src, files[i], tokenizer, cache_dir / src.name, dtype, cfg.batch_size)
+        _check_source_budget(cfg, i, scans[i].tokens, scans[i].kept)
     plans = plan_sources(cfg, [sc.tokens for sc in scans])
     t_tok = time.time() - t0
 
@@ -228,7 +465,7 @@ def run_mix(
     shards = writer.finish()
     del caches
     if not keep_cache:
-        shutil.rmtree(cache_dir, ignore_errors=True)
+        _remove_cache(cache_dir)
 
     sources = [
         _source_entry(s, p, sc, r, d, False) for s, p, sc, r, d in zip(cfg.sources, plans, scans, realised, docs_used)
@@ -242,9 +479,11 @@ def run_mix(
         "shards": shards,
         "mix_sha256": mix_hash,
     }
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")  # no timestamps: reruns give the same file
+    # no timestamps: reruns give the same file; written last and atomically, so it never names missing shards
+    tmp = out / f".{MANIFEST}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(tmp, out / MANIFEST)
     manifest["timing_s"] = {"tokenize": round(t_tok, 3), "total": round(time.time() - t0, 3)}
-    log.info("mix %s: %d tokens in %d shards -> %s", cfg.name, manifest["total_tokens"], len(shards), out)
     return manifest
 
 
