@@ -72,10 +72,15 @@ def _overrides(run_dir, tasks, workers, limit, output) -> dict:
 @click.option("--workers", type=int, help="Override executor.workers (local) / array concurrency (slurm).")
 @click.option("--limit", type=int, help="Read at most N records per task (quick looks).")
 @click.option("--output", help="Override output.path.")
-@click.option("--fresh", is_flag=True, help="Delete the run directory first instead of resuming.")
+@click.option("--fresh", is_flag=True, help="Empty the run folder first instead of resuming (only a folder cuvee created).")
 @click.option("--no-wait", is_flag=True, help="SLURM: submit and return without waiting.")
 def run(recipe, run_dir, tasks, workers, limit, output, fresh, no_wait):
-    """Run RECIPE (YAML). Reruns resume: finished tasks are skipped."""
+    """Run RECIPE (YAML). Reruns resume: finished tasks are skipped.
+
+    A run folder is bound to its plan (resolved recipe, task count, input files): a rerun with a
+    different plan stops before any work and says what differs. One run at a time per folder.
+    """
+    from cuvee.folders import FolderError
     from cuvee.pipeline.recipe import RecipeError
     from cuvee.pipeline.runner import run_recipe
     from cuvee.pipeline.stats import AccountingError, summary_table
@@ -85,7 +90,7 @@ def run(recipe, run_dir, tasks, workers, limit, output, fresh, no_wait):
                            fresh=fresh, wait=not no_wait)
     except RecipeError as e:
         raise click.ClickException(f"invalid recipe:\n{e}")
-    except AccountingError as e:
+    except (AccountingError, FolderError) as e:
         raise click.ClickException(str(e))
     if "submitted" in stats:
         click.echo(f"submitted jobs {', '.join(stats['submitted'])}; merge stats later with `cuvee stats {recipe}`")
@@ -115,10 +120,17 @@ def validate(recipe):
 @click.option("--run-dir", help="Run directory, if not the recipe's.")
 def stats(recipe, run_dir):
     """Re-merge the stats of a (possibly SLURM or partial) run of RECIPE and print the funnel."""
+    from cuvee.folders import FolderError
+    from cuvee.pipeline.recipe import RecipeError
     from cuvee.pipeline.runner import restat
     from cuvee.pipeline.stats import summary_table
 
-    s = restat(recipe, {"run_dir": run_dir} if run_dir else None)
+    try:
+        s = restat(recipe, {"run_dir": run_dir} if run_dir else None)
+    except RecipeError as e:
+        raise click.ClickException(f"invalid recipe:\n{e}")
+    except FolderError as e:
+        raise click.ClickException(str(e))
     click.echo(summary_table(s))
     if not s["complete"]:
         click.echo("(partial run: some tasks have not finished)")

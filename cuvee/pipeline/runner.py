@@ -11,10 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from datatrove.utils.logging import logger
+
+from cuvee.folders import (MARKER, FolderError, FolderLock, bind, bind_check, claim, clean_stale_tmp, empty_owned,
+                           owner)
 
 from cuvee.pipeline.compiler import check_inputs, compile_recipe
 from cuvee.pipeline.executors import build_chain, job_completed_ranks
 from cuvee.pipeline.recipe import LocalExecutorConfig, Recipe, SlurmExecutorConfig, load_recipe, parse_recipe
+from cuvee.pipeline.plan import build_plan, run_folders
 from cuvee.pipeline.stats import check_accounting, collect_stats, summary_table
 
 
@@ -72,15 +77,37 @@ def run_recipe(recipe_or_path, overrides: dict[str, Any] | None = None, progress
                fresh: bool = False, wait: bool = True) -> dict:
     """Run a recipe end to end and return its stats (also written to <run_dir>/stats.json).
 
-    A rerun resumes: finished tasks are skipped. ``fresh`` deletes the run directory first.
+    A rerun resumes (finished tasks are skipped) only if its plan - resolved recipe, task count and
+    input files - equals the one recorded in the run folder; otherwise it stops before any work
+    (``FolderError``). ``fresh`` empties the run folder first, and only if cuvee created it.
+    The run folder is locked for the whole run, so a second ``cuvee run`` on it is refused.
     On SLURM the jobs are submitted; with ``wait`` the call blocks until they finish and then merges stats.
     """
     recipe = _as_recipe(recipe_or_path, overrides)
     check_inputs(recipe)
+    plan = build_plan(recipe)
+    folders = run_folders(recipe)
+    locks: list[FolderLock] = []
+    try:
+        for folder, what in folders:
+            claim(folder, "run", what=what)
+            locks.append(FolderLock(folder, what).acquire())
+        for folder, what in folders:
+            if fresh:
+                empty_owned(folder, "run", what=what)
+            else:
+                check_slurm_jobs_finished(folder)
+            bind(folder, plan, what=what, fresh_hint="--fresh")
+            if n := clean_stale_tmp(folder):
+                logger.info(f"removed {n} stale temporary file(s) left by killed tasks in {folder}")
+        return _run_locked(recipe, plan, progress, wait)
+    finally:
+        for lock in reversed(locks):
+            lock.release()
+
+
+def _run_locked(recipe: Recipe, plan: dict, progress: bool, wait: bool) -> dict:
     run_dir = recipe.resolved_run_dir()
-    if fresh and run_dir.exists():
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "recipe.yaml").write_text(recipe.source or yaml.safe_dump(recipe.to_dict(), sort_keys=False))
     (run_dir / "recipe.resolved.json").write_text(json.dumps(recipe.to_dict(), indent=2))
 
@@ -91,14 +118,52 @@ def run_recipe(recipe_or_path, overrides: dict[str, Any] | None = None, progress
     with _Progress(jobs, progress and isinstance(recipe.executor, LocalExecutorConfig)):
         executors[-1].run()
     if isinstance(recipe.executor, SlurmExecutorConfig):
+        record_slurm_jobs(run_dir, executors)
         if not wait:
             return {"submitted": [j.name for j in jobs], "run_dir": str(run_dir)}
         wait_for_jobs(jobs)
-    stats = collect_stats(jobs, recipe, run_dir, started=started, wall_time_s=round(time.perf_counter() - t0, 3))
+    stats = collect_stats(jobs, recipe, run_dir, started=started, wall_time_s=round(time.perf_counter() - t0, 3),
+                          plan=plan)
     (run_dir / "stats.json").write_text(json.dumps(stats, indent=2))
     if stats["complete"]:
         check_accounting(stats)
     return stats
+
+
+_SLURM_JOBS = "slurm_jobs.json"
+
+
+def record_slurm_jobs(run_dir: Path, executors) -> None:
+    """Remember submitted SLURM job ids: a rerun must not resubmit tasks that are still queued or running."""
+    ids = [str(e.job_id) for e in executors if getattr(e, "job_id", None)]
+    if ids:
+        (Path(run_dir) / _SLURM_JOBS).write_text(json.dumps({"job_ids": ids}))
+
+
+def check_slurm_jobs_finished(run_dir: Path) -> None:
+    """Refuse to resume while jobs submitted by an earlier ``cuvee run --no-wait`` are still in the queue."""
+    path = Path(run_dir) / _SLURM_JOBS
+    if not path.exists():
+        return
+    try:
+        ids = [str(i) for i in json.loads(path.read_text())["job_ids"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    import shutil as _sh
+    import subprocess
+
+    if not ids or not _sh.which("squeue"):
+        return
+    try:
+        out = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(ids)], capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return
+    alive = sorted({line.split("_")[0].strip() for line in out.splitlines() if line.strip()})
+    if alive:
+        raise FolderError(f"run folder {run_dir}: SLURM job(s) {', '.join(alive)} submitted by an earlier run are "
+                          f"still queued or running; wait for them (`cuvee stats RECIPE` merges their stats) "
+                          f"or cancel them with scancel before rerunning")
 
 
 def wait_for_jobs(jobs, timeout_s: float = 24 * 3600, poll_s: float = 2.0) -> None:
@@ -112,11 +177,18 @@ def wait_for_jobs(jobs, timeout_s: float = 24 * 3600, poll_s: float = 2.0) -> No
 
 
 def restat(recipe_or_path, overrides: dict[str, Any] | None = None) -> dict:
-    """Re-merge the stats of an existing run dir (e.g. after SLURM jobs finished)."""
+    """Re-merge the stats of an existing run dir (e.g. after SLURM jobs finished).
+
+    Only for the plan the folder was run with: stats of one recipe are never labelled with another.
+    """
     recipe = _as_recipe(recipe_or_path, overrides)
     run_dir = recipe.resolved_run_dir()
+    if owner(run_dir) is None:
+        raise FolderError(f"{run_dir} is not a cuvee run folder (no {MARKER})")
+    plan = build_plan(recipe)
+    recorded = bind_check(run_dir, plan, what="run folder")
     jobs = compile_recipe(recipe, run_dir)
-    stats = collect_stats(jobs, recipe, run_dir)
+    stats = collect_stats(jobs, recipe, run_dir, plan=recorded["binding"])
     (Path(run_dir) / "stats.json").write_text(json.dumps(stats, indent=2))
     return stats
 

@@ -69,8 +69,16 @@ def _dropped(counters: Counter) -> tuple[int, dict[str, int]]:
     return total, reasons
 
 
-def collect_stats(jobs: list[Job], recipe, run_dir: Path, started: str | None = None, wall_time_s: float | None = None) -> dict:
-    """Build the stats.json dict (see docs/ARCHITECTURE.md) from whatever tasks have finished."""
+FILE_FATES = ("files_read", "files_failed", "files_limited")
+
+
+def collect_stats(jobs: list[Job], recipe, run_dir: Path, started: str | None = None, wall_time_s: float | None = None,
+                  plan: dict | None = None) -> dict:
+    """Build the stats.json dict (see docs/ARCHITECTURE.md) from whatever tasks have finished.
+
+    With the run's ``plan`` the input files are accounted too: a run is complete only when every
+    planned file was read to its end, or counted as failed (or cut by ``input.limit``).
+    """
     stage_params = {f"{i:02d}.{e.name}": e.params.model_dump(mode="json") for i, e in enumerate(recipe.stage_entries)}
     stages: dict[str, dict] = {}
     order: list[str] = []
@@ -163,6 +171,17 @@ def collect_stats(jobs: list[Job], recipe, run_dir: Path, started: str | None = 
 
     dropped_total = sum(by_reason.values())
     balanced = records_read == kept + dropped_total and current == kept and consistent
+    inputs = None
+    if plan is not None:
+        from cuvee.pipeline.plan import files_planned
+
+        fates = {k: int(reader["counters"].get(k, 0)) for k in FILE_FATES}
+        planned = files_planned(plan)
+        accounted = sum(fates.values())
+        inputs = {"files_planned": planned, **fates, "files_unaccounted": planned - accounted,
+                  "balanced": accounted == planned}
+        if complete and accounted != planned:
+            balanced = False
     out_path = recipe.output.path or str(Path(run_dir) / "output")
     files = sorted(str(p) for p in Path(out_path).rglob("*") if p.is_file() and p.name.endswith(DOC_SUFFIXES)) \
         if Path(out_path).exists() else []
@@ -180,7 +199,7 @@ def collect_stats(jobs: list[Job], recipe, run_dir: Path, started: str | None = 
         "stages": funnel,
         "phases": phases,
         "accounting": {"records_read": records_read, "kept": kept, "dropped": dropped_total, "balanced": balanced,
-                       "by_reason": by_reason, "internal": dict(internal_checks)},
+                       "by_reason": by_reason, "internal": dict(internal_checks), "inputs": inputs},
         "output": {"path": out_path, "format": recipe.output.format, "documents": output["documents"],
                    "chars": output["chars"], "files": files, "languages": dict(output["languages"].most_common()),
                    "routes": dict(output["routes"]), "route_by": recipe.output.route_by},
@@ -189,6 +208,12 @@ def collect_stats(jobs: list[Job], recipe, run_dir: Path, started: str | None = 
 
 def check_accounting(stats: dict) -> None:
     a = stats["accounting"]
+    inp = a.get("inputs")
+    if inp and not inp["balanced"]:
+        raise AccountingError(
+            f"input files do not balance: {inp['files_planned']} planned but {inp['files_read']} read to the end + "
+            f"{inp['files_failed']} failed + {inp['files_limited']} cut by input.limit; "
+            f"{inp['files_unaccounted']} planned file(s) were never read")
     if not a["balanced"]:
         raise AccountingError(
             f"accounting does not balance: {a['records_read']} records read but {a['kept']} kept + "
@@ -214,6 +239,10 @@ def summary_table(stats: dict) -> str:
     langs = ", ".join(f"{k}={v}" for k, v in list(stats["output"]["languages"].items())[:8])
     lines.append(f"records read {a['records_read']} = kept {a['kept']} + dropped {a['dropped']}  "
                  f"[{'balanced' if a['balanced'] else 'NOT BALANCED'}]")
+    if inp := a.get("inputs"):
+        lines.append(f"input files planned {inp['files_planned']} = read {inp['files_read']} + failed "
+                     f"{inp['files_failed']} + cut by limit {inp['files_limited']}  "
+                     f"[{'balanced' if inp['balanced'] else 'NOT BALANCED'}]")
     if langs:
         lines.append(f"output languages: {langs}")
     return "\n".join(lines)

@@ -1,0 +1,89 @@
+"""A run's plan: what a run folder is bound to, recorded before any work starts.
+
+datatrove resumes a run by skipping ranks that left a completion marker; it cannot tell whether the
+rerun is the *same* run. A changed task count re-shards the input (``files[rank::tasks]``), so completed
+ranks would stand for files they never read; an edited recipe would label old output with new settings.
+The plan pins down everything that decides a run's output: the resolved recipe (less the settings
+that only change speed), the task count and, per input path, the files each task owns with their
+sizes. ``cuvee run`` refuses to resume a folder whose recorded plan differs (``cuvee.folders.bind``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cuvee.pipeline.recipe import Recipe, RecipeError
+
+# executor settings that change how fast a run goes, never what it writes
+_SPEED_ONLY = ("workers", "time", "partition", "cpus_per_task", "mem_per_cpu_gb", "job_name", "qos",
+               "sbatch_args", "env_command", "address", "num_cpus")
+
+
+def _file_size(path: str) -> int | None:
+    try:
+        from fsspec.core import url_to_fs
+
+        fs, p = url_to_fs(path)
+        return int(fs.size(p))
+    except Exception:  # noqa: BLE001 - a size we cannot read is recorded as unknown, not guessed
+        return None
+
+
+def input_files(recipe: Recipe) -> list[dict[str, Any]]:
+    """Per recipe input path: the files its reader will shard, in reader order, with sizes."""
+    from cuvee.pipeline.readers import plan_input_files
+
+    out = []
+    for p in recipe.input.paths:
+        try:
+            files = plan_input_files(p, recipe.input.format)
+        except (OSError, RuntimeError, ValueError) as e:
+            raise RecipeError(f"input.paths: {p!r}: cannot list its files: {e}") from None
+        out.append({"path": p, "files": [[f, _file_size(f)] for f in files]})
+    return out
+
+
+def binding_recipe(recipe: Recipe) -> dict[str, Any]:
+    """The resolved recipe as it decides output: speed-only executor settings removed."""
+    d = recipe.to_dict()
+    d["executor"] = {k: v for k, v in d["executor"].items() if k not in _SPEED_ONLY}
+    return d
+
+
+def build_plan(recipe: Recipe) -> dict[str, Any]:
+    """The binding of a run folder (see module docstring). Rank r of N reads ``files[r::N]`` of every input."""
+    inputs = input_files(recipe)
+    return {
+        "recipe": binding_recipe(recipe),
+        "tasks": recipe.executor.tasks,
+        "sharding": "rank r of tasks reads files[r::tasks] of every input path",
+        "inputs": inputs,
+    }
+
+
+def files_planned(plan: dict[str, Any]) -> int:
+    return sum(len(i["files"]) for i in plan.get("inputs", []))
+
+
+def files_of_rank(plan: dict[str, Any], rank: int) -> list[str]:
+    """The input files rank ``rank`` owns under this plan."""
+    tasks = plan["tasks"]
+    return [f for i in plan["inputs"] for f, _size in i["files"][rank::tasks]]
+
+
+def run_folders(recipe: Recipe) -> list[tuple[Path, str]]:
+    """Every folder a run writes whole products into: the run folder, and output / logging folders
+    that live outside it. Each is claimed, locked and bound, so none can be shared by two plans."""
+    run_dir = recipe.resolved_run_dir()
+    folders = [(run_dir, "run folder")]
+    for path, what in ((recipe.output.path, "output folder"), (recipe.logging_dir, "logging folder")):
+        if path and "://" not in path:
+            p = Path(path)
+            try:
+                inside = p.resolve().is_relative_to(run_dir.resolve())
+            except OSError:
+                inside = False
+            if not inside:
+                folders.append((p, what))
+    return folders
