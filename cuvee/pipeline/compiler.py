@@ -52,9 +52,10 @@ def check_inputs(recipe: Recipe) -> None:
 def _reader_steps(recipe: Recipe) -> list:
     inp = recipe.input
     if inp.format in ("jsonl", "parquet"):
-        from datatrove.pipeline.readers import JsonlReader, ParquetReader
+        from cuvee.pipeline.readers import PlannedJsonlReader, PlannedParquetReader
 
-        cls = JsonlReader if inp.format == "jsonl" else ParquetReader
+        # datatrove's readers plus per-file counters, listing files exactly like the run's plan
+        cls = PlannedJsonlReader if inp.format == "jsonl" else PlannedParquetReader
         steps = []
         for p in inp.paths:
             folder, pattern = split_input_path(p)
