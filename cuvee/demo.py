@@ -28,7 +28,8 @@ def run_demo(run_dir: str = "runs/demo", skip_mix: bool = False) -> Path:
 
     t0 = time.perf_counter()
     click.secho("1/3 pipeline: recipes/demo.yaml on the bundled Common Crawl sample (data/sample)", bold=True)
-    stats = run_recipe(_locate("recipes/demo.yaml"), {"run_dir": run_dir}, progress=True, fresh=True)
+    stats = run_recipe(_locate("recipes/demo.yaml"), {"run_dir": run_dir, "input.paths": [str(_locate("data/sample"))]},
+                       progress=True, fresh=True)
     click.echo(summary_table(stats))
     manifest = None
     if not skip_mix:
