@@ -23,7 +23,7 @@ from datatrove.pipeline.filters import (
     GopherQualityFilter,
     GopherRepetitionFilter,
 )
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from cuvee.filters.words import make_word_tokenizer
 from cuvee.pipeline.registry import BuildContext, StageParams, register_stage
@@ -127,6 +127,15 @@ class GopherQualityParams(_WordsParams):
     max_non_alpha_words_ratio: float | None = Field(0.8, ge=0, le=1, description="min share of words with a letter (datatrove's name)")
     min_stop_words: int | None = Field(2, ge=0)
     stop_words: list[str] | None = Field(None, description="default: the, be, to, of, and, that, have, with")
+
+    @field_validator("max_doc_words", "max_avg_word_length")
+    @classmethod
+    def _max_not_below_min(cls, v, info):
+        lo_name = "min_" + info.field_name[4:]
+        lo = info.data.get(lo_name)
+        if v is not None and lo is not None and v < lo:
+            raise ValueError(f"{info.field_name} ({v}) must be at least {lo_name} ({lo})")
+        return v
 
 
 @register_stage("gopher_quality", GopherQualityParams)

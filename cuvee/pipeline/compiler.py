@@ -18,7 +18,7 @@ from datatrove.pipeline.base import PipelineStep
 from cuvee.pipeline.readers import split_input_path
 from cuvee.pipeline.recipe import Recipe
 from cuvee.pipeline.registry import Barrier, BuildContext, get_stage
-from cuvee.pipeline.writers import exclusion_writer, intermediate_reader, intermediate_writer, output_writer
+from cuvee.pipeline.writers import exclusion_writer, route_folder, intermediate_reader, intermediate_writer, output_writer
 
 # step roles, for accounting
 READER, STAGE, INTERNAL, SUMMARY, WRITER = "reader", "stage", "internal", "summary", "writer"
@@ -36,9 +36,17 @@ class Job:
 
 
 def check_inputs(recipe: Recipe) -> None:
-    """Fail before any work starts when a local input path matches nothing."""
+    """Pre-flight checks shared by ``cuvee run`` and ``cuvee validate``; each failure is one RecipeError line.
+
+    Every local input path must exist and give its reader at least one readable file (for WARC/ARC/WET
+    folders: an archive, ``.warc``/``.arc``/``.wet`` optionally ``.gz``/``.zst``/``.lz4``), and every
+    local folder the run writes (run_dir, output.path, logging_dir) must be creatable: its first existing
+    ancestor is a writable folder. Remote (``://``) paths are not checked.
+    """
+    from cuvee.pipeline import readers
     from cuvee.pipeline.recipe import RecipeError
 
+    fmt = recipe.input.format
     for p in recipe.input.paths:
         if "://" in p:
             continue
@@ -47,6 +55,50 @@ def check_inputs(recipe: Recipe) -> None:
                 raise RecipeError(f"input.paths: {p!r} matches no file")
         elif not os.path.exists(p):
             raise RecipeError(f"input.paths: {p!r} does not exist")
+        folder, pattern = split_input_path(p)
+        archives = fmt not in ("jsonl", "parquet")
+        if pattern is not None:
+            expected = f"files matching {pattern!r}"
+        elif archives:
+            expected = "WARC/ARC/WET archives (.warc, .arc, .wet, optionally .gz/.zst/.lz4)"
+        else:
+            expected = f"{fmt} files"
+        why = ""
+        try:
+            plan = getattr(readers, "plan_input_files", None)
+            if plan is not None:
+                files = list(plan(p, fmt))
+            else:
+                from datatrove.io import get_datafolder
+
+                files = get_datafolder(folder).list_files(recursive=True, glob_pattern=pattern)
+                if archives and pattern is None:
+                    files = [f for f in files if f.lower().endswith(readers.ARCHIVE_SUFFIXES)]
+                files = [os.path.join(folder, f) for f in files]
+        except (OSError, RuntimeError, ValueError) as e:
+            files, why = [], f": {' '.join(str(e).split())[:200]}"
+        files = [f for f in files if "://" in f or not os.path.exists(f) or os.access(f, os.R_OK)]
+        if not files:
+            raise RecipeError(f"input.paths: {p!r} holds no readable {expected} for input.format {fmt!r}{why}")
+
+    outputs = [("run_dir", str(recipe.resolved_run_dir())), ("output.path", recipe.resolved_output())]
+    if recipe.logging_dir:
+        outputs.append(("logging_dir", recipe.logging_dir))
+    for key, path in outputs:
+        if "://" in path:
+            continue
+        target = Path(os.path.abspath(path))
+        for anc in (target, *target.parents):
+            if not os.path.lexists(anc):
+                continue
+            if not anc.is_dir():
+                what = "is a file" if anc.exists() else "is a broken link"
+                if anc == target:
+                    raise RecipeError(f"{key}: {path!r} {what}, not a folder")
+                raise RecipeError(f"{key}: {path!r} cannot be created: {str(anc)!r} {what}, not a folder")
+            if not os.access(anc, os.W_OK | os.X_OK):
+                raise RecipeError(f"{key}: {path!r} cannot be written: folder {str(anc)!r} is not writable")
+            break
 
 
 def _reader_steps(recipe: Recipe) -> list:
@@ -86,7 +138,7 @@ class OutputSummary(PipelineStep):
             if lang := doc.metadata.get("language"):
                 self.stat_update(f"lang_{lang}")
             if self.route_key and self.route_key != "language":
-                self.stat_update(f"route_{doc.metadata.get(self.route_key)}")
+                self.stat_update(f"route_{route_folder(doc.metadata, self.route_key)}")
             yield doc
 
 

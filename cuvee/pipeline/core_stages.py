@@ -16,6 +16,14 @@ class LengthParams(StageParams):
     min_chars: int = Field(0, ge=0)
     max_chars: int | None = Field(None, gt=0)
 
+    @field_validator("max_chars")
+    @classmethod
+    def _max_not_below_min(cls, v, info):
+        lo = info.data.get("min_chars")
+        if v is not None and lo is not None and v < lo:
+            raise ValueError(f"max_chars ({v}) must be at least min_chars ({lo})")
+        return v
+
 
 class LengthFilter(BaseFilter):
     name = "📏 length"

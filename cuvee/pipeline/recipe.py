@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cuvee.pipeline.registry import StageParams, get_stage
+from cuvee.yaml_safe import YamlLoadError, load_yaml
 
 
 class RecipeError(ValueError):
@@ -129,16 +129,66 @@ def _fmt_loc(loc: tuple) -> str:
     return ".".join(str(x) for x in loc) if loc else "(top level)"
 
 
-def _errors(e: ValidationError, prefix: str, where: str) -> str:
+MAX_VALUE_REPR = 200  # characters of an offending value shown in an error
+MAX_PROBLEMS = 20  # problems listed in one error; the rest are counted
+MAX_MESSAGE = 4000  # characters of a whole error message
+
+
+def short_repr(value: Any, limit: int = MAX_VALUE_REPR) -> str:
+    """``repr`` of a value, bounded in time and size whatever the value (a huge list, a deep nest)."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 3, 6, 6, 6, 6
+    r.maxstring, r.maxother, r.maxlong = limit, limit, 40
+    try:
+        text = r.repr(value)
+    except Exception:  # noqa: BLE001 - a value whose repr fails is still reported
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _cap(problems: list[str]) -> str:
+    """The problems as one message: at most MAX_PROBLEMS lines and MAX_MESSAGE characters, then a count of
+    the rest (empty entries stand for problems counted but not formatted)."""
+    shown, size = [], 0
+    for line in problems:
+        if not line:
+            continue
+        if len(shown) >= MAX_PROBLEMS or size + len(line) > MAX_MESSAGE:
+            break
+        shown.append(line)
+        size += len(line) + 1
+    if len(shown) < len(problems):
+        shown.append(f"... and {len(problems) - len(shown)} more problem(s)")
+    return "\n".join(shown)
+
+
+def _errors(e: ValidationError, prefix: str, where: str) -> list[str]:
     lines = []
-    for err in e.errors():
+    for err in e.errors(include_url=False)[: MAX_PROBLEMS + 1]:
         loc = _fmt_loc(err["loc"])
         key = f"{prefix}.{loc}" if prefix else loc
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
-        lines.append(f"{where}: {key}: {msg}" + (f" (got {err['input']!r})" if err["type"] != "missing" and not isinstance(err.get("input"), dict) else ""))
-    return "\n".join(lines)
+        got = err["type"] != "missing" and not isinstance(err.get("input"), dict)
+        lines.append(f"{where}: {key}: {msg}" + (f" (got {short_repr(err['input'])})" if got else ""))
+    lines.extend([""] * (e.error_count() - len(lines)))  # counted by _cap, never shown
+    return lines
+
+
+def _min_max_problems(params: BaseModel, prefix: str, where: str) -> list[str]:
+    """Backstop for every stage model: a ``min_X`` above its ``max_X`` (both set) is an error."""
+    out = []
+    for name in type(params).model_fields:
+        if not name.startswith("min_"):
+            continue
+        other = "max_" + name[4:]
+        lo, hi = getattr(params, name, None), getattr(params, other, None)
+        if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo > hi:
+            out.append(f"{where}: {prefix}.{other}: must be at least {name} ({name}={lo}, {other}={hi})")
+    return out
 
 
 def parse_recipe(data: Any, where: str = "<recipe>") -> Recipe:
@@ -149,13 +199,13 @@ def parse_recipe(data: Any, where: str = "<recipe>") -> Recipe:
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as e:
-        raise RecipeError(_errors(e, "", where)) from None
+        raise RecipeError(_cap(_errors(e, "", where))) from None
 
     entries: list[StageEntry] = []
     for i, raw in enumerate(recipe.stages):
         key = f"stages[{i}]"
         if not isinstance(raw, dict) or "stage" not in raw:
-            problems.append(f"{where}: {key}: each stage is a mapping with a 'stage' key naming it, got {raw!r}")
+            problems.append(f"{where}: {key}: each stage is a mapping with a 'stage' key naming it, got {short_repr(raw)}")
             continue
         name = raw["stage"]
         try:
@@ -164,15 +214,18 @@ def parse_recipe(data: Any, where: str = "<recipe>") -> Recipe:
             from cuvee.pipeline.registry import all_stages
 
             known = ", ".join(all_stages())
-            problems.append(f"{where}: {key}.stage: unknown stage {name!r}; known stages: {known}")
+            problems.append(f"{where}: {key}.stage: unknown stage {short_repr(name, 80)}; known stages: {known}")
             continue
         params = {k: v for k, v in raw.items() if k != "stage"}
         try:
-            entries.append(StageEntry(name=name, params=spec.params.model_validate(params)))
+            validated = spec.params.model_validate(params)
         except ValidationError as e:
-            problems.append(_errors(e, f"{key}({name})", where))
+            problems.extend(_errors(e, f"{key}({name})", where))
+            continue
+        problems.extend(_min_max_problems(validated, f"{key}({name})", where))
+        entries.append(StageEntry(name=name, params=validated))
     if problems:
-        raise RecipeError("\n".join(problems))
+        raise RecipeError(_cap(problems))
     recipe._stages = entries
     return recipe
 
@@ -184,10 +237,13 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
         raise RecipeError(f"{path}: no such recipe file")
     try:
         text = path.read_text()
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise RecipeError(f"{path}: not valid YAML: {e}") from None
-    for dotted, value in (overrides or {}).items():
+    except (OSError, UnicodeDecodeError) as e:
+        raise RecipeError(f"{path}: cannot read the recipe: {e}") from None
+    try:
+        data = load_yaml(text, str(path))
+    except YamlLoadError as e:
+        raise RecipeError(str(e)) from None
+    for dotted, value in (overrides or {}).items() if isinstance(data, dict) else ():
         node = data
         *parents, last = dotted.split(".")
         for p in parents:

@@ -7,10 +7,12 @@ later documents whose metadata has other keys.
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
 from datatrove.data import Document
+from datatrove.io import OutputFileManager
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.writers import JsonlWriter, ParquetWriter
 
@@ -57,18 +59,97 @@ def parquet_schema():
     )
 
 
+ROUTE_MISSING = "_missing"  # output folder of documents lacking the ``route_by`` key (or with None / "")
+
+
+def route_folder(metadata: dict, key: str) -> str:
+    """The folder a document goes to under ``route_by: key``: its metadata value as a single path component
+    (separators replaced by '_'), or ``ROUTE_MISSING`` when the key is absent, None or empty."""
+    v = metadata.get(key)
+    if v is None or v == "":
+        return ROUTE_MISSING
+    name = str(v).replace("/", "_").replace("\\", "_")
+    return "_" + name if name in (".", "..") else name
+
+
+class _DeterministicGzip(gzip.GzipFile):
+    """A gzip stream with a fixed header (mtime 0, no file name) that closes its underlying file too."""
+
+    def __init__(self, raw):
+        super().__init__(filename="", mode="wb", fileobj=raw, mtime=0)
+        self._raw = raw
+
+    def close(self):
+        try:
+            super().close()
+        finally:
+            raw, self._raw = self._raw, None
+            if raw is not None:
+                raw.close()
+
+
+class _GzipFileManager(OutputFileManager):
+    """datatrove's output file manager, but gzip is written with a fixed header: identical runs write
+    byte-identical ``.gz`` files (fsspec's gzip stamps the current time into every header)."""
+
+    def get_file(self, filename):
+        if filename not in self._output_files:
+            self._output_files[filename] = _DeterministicGzip(self.fs.open(filename, mode="wb", compression=None))
+        return self._output_files[filename]
+
+
+class CuveeJsonlWriter(JsonlWriter):
+    """JSONL writer: deterministic gzip output and ``route_by`` that never fails on a missing key.
+
+    With ``route_key`` the filename template holds ``${<route_key>}``; documents lacking the key go under
+    ``ROUTE_MISSING`` and are counted as ``route_missing`` on this step.
+    """
+
+    def __init__(self, output_folder, output_filename: str, route_key: str | None = None, **kwargs):
+        super().__init__(output_folder, output_filename=output_filename, compression="gzip", **kwargs)
+        self.output_mg = _GzipFileManager(self.output_folder, mode="wb", compression=None)
+        self.route_key = route_key
+
+    def write(self, document: Document, rank: int = 0, **kwargs):
+        if self.route_key:
+            kwargs[self.route_key] = _route(self, document)
+        super().write(document, rank, **kwargs)
+
+
+class CuveeParquetWriter(ParquetWriter):
+    """Parquet writer whose ``route_by`` never fails on a missing key (see ``CuveeJsonlWriter``)."""
+
+    def __init__(self, output_folder, output_filename: str, route_key: str | None = None, **kwargs):
+        super().__init__(output_folder, output_filename=output_filename, **kwargs)
+        self.route_key = route_key
+
+    def write(self, document: Document, rank: int = 0, **kwargs):
+        if self.route_key:
+            kwargs[self.route_key] = _route(self, document)
+        super().write(document, rank, **kwargs)
+
+
+def _route(step: PipelineStep, document: Document) -> str:
+    folder = route_folder(document.metadata, step.route_key)
+    if folder == ROUTE_MISSING:
+        step.stat_update("route_missing")
+    return folder
+
+
 def output_writer(path: str, fmt: str, route_by: str | None = None):
-    """The run's final writer; ``route_by`` puts each document under <path>/<metadata value>/."""
+    """The run's final writer; ``route_by`` puts each document under <path>/<metadata value>/ (documents
+    without that metadata under <path>/_missing/, counted as the writer's ``route_missing``)."""
     prefix = f"${{{route_by}}}/" if route_by else ""
     if fmt == "parquet":
-        return ParquetWriter(path, output_filename=prefix + "${rank}.parquet", adapter=_parquet_adapter,
-                             schema=parquet_schema(), compression="zstd")
-    return JsonlWriter(path, output_filename=prefix + "${rank}.jsonl.gz", adapter=_jsonl_adapter)
+        return CuveeParquetWriter(path, output_filename=prefix + "${rank}.parquet", route_key=route_by,
+                                  adapter=_parquet_adapter, schema=parquet_schema(), compression="zstd")
+    return CuveeJsonlWriter(path, output_filename=prefix + "${rank}.jsonl.gz", route_key=route_by,
+                            adapter=_jsonl_adapter)
 
 
 def exclusion_writer(path: str):
-    """Writes dropped documents of one stage for inspection."""
-    return JsonlWriter(path, output_filename="${rank}.jsonl.gz", adapter=_jsonl_adapter)
+    """Writes dropped documents of one stage for inspection (deterministic gzip)."""
+    return CuveeJsonlWriter(path, output_filename="${rank}.jsonl.gz", adapter=_jsonl_adapter)
 
 
 class IntermediateWriter(PipelineStep):
