@@ -113,6 +113,29 @@ def validate(recipe):
     except RecipeError as e:
         raise click.ClickException(f"invalid recipe:\n{e}")
     click.echo(f"{recipe}: OK ({len(r.stage_entries)} stages, {len(jobs)} jobs: {', '.join(j.name for j in jobs)})")
+    _report_run_folder(r)
+
+
+def _report_run_folder(recipe) -> None:
+    """Say up front whether `cuvee run` would start, resume, or refuse this recipe's run folder."""
+    from cuvee.folders import MARKER, PLAN, FolderError, bind_check, owner
+    from cuvee.pipeline.plan import build_plan
+
+    run_dir = recipe.resolved_run_dir()
+    if not run_dir.exists() or not any(run_dir.iterdir()):
+        click.echo(f"run folder {run_dir}: new")
+        return
+    if owner(run_dir) is None:
+        raise click.ClickException(f"run folder {run_dir} holds files that cuvee did not create (no {MARKER}); "
+                                   f"`cuvee run` would refuse it: choose another --run-dir")
+    if not (run_dir / PLAN).exists():
+        click.echo(f"run folder {run_dir}: cuvee folder without a plan; `cuvee run` will start it")
+        return
+    try:
+        bind_check(run_dir, build_plan(recipe), what="run folder")
+    except FolderError as e:
+        raise click.ClickException(str(e))
+    click.echo(f"run folder {run_dir}: same plan, `cuvee run` resumes it")
 
 
 @main.command()

@@ -196,3 +196,17 @@ def test_stale_tmp_files_are_cleaned_on_resume(tmp_path):
     stale.write_bytes(b'{"text": "half a rec')
     run_recipe(path)
     assert not stale.exists()
+
+
+def test_validate_says_whether_the_run_folder_resumes_or_refuses(tmp_path):
+    make_jsonl(tmp_path / "in", n_files=2, per_file=5)
+    data = recipe_dict(tmp_path, [{"stage": "length", "min_chars": 10}], tasks=2)
+    path = write_recipe(tmp_path, data)
+    res = CliRunner().invoke(main, ["validate", str(path)])
+    assert res.exit_code == 0 and "run folder" in res.output and ": new" in res.output
+    run_recipe(path)
+    res = CliRunner().invoke(main, ["validate", str(path)])
+    assert res.exit_code == 0 and "same plan" in res.output
+    data["stages"][0]["min_chars"] = 20
+    res = CliRunner().invoke(main, ["validate", str(write_recipe(tmp_path, data))])
+    assert res.exit_code != 0 and "min_chars: recorded 10, now 20" in res.output

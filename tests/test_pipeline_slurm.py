@@ -51,6 +51,32 @@ def test_slurm_run_with_stats_and_accounting(cluster, tmp_path):
     assert again["accounting"] == a
 
 
+def test_rerun_while_submitted_jobs_are_queued_is_refused(cluster, tmp_path):
+    """After `cuvee run --no-wait`, a rerun must not resubmit tasks that SLURM is still running."""
+    from cuvee.folders import FolderError
+    from cuvee.pipeline.compiler import compile_recipe
+    from cuvee.pipeline.recipe import load_recipe
+    from cuvee.pipeline.runner import wait_for_jobs
+
+    ids = make_jsonl(tmp_path / "in", n_files=2, per_file=10)
+    recipe = {
+        "name": "slurm-q", "run_dir": str(tmp_path / "run"),
+        "input": {"paths": [str(tmp_path / "in" / "*.jsonl.gz")], "format": "jsonl"},
+        "stages": [{"stage": "exact_dedup"}],
+        "executor": {"kind": "slurm", "tasks": 2, "partition": "debug", "time": "00:10:00", "mem_per_cpu_gb": 1},
+    }
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    submitted = run_recipe(path, wait=False)
+    assert submitted["submitted"]
+    with pytest.raises(FolderError, match="still queued or running"):
+        run_recipe(path)
+    wait_for_jobs(compile_recipe(load_recipe(path)), timeout_s=600)
+    stats = restat(path)
+    assert stats["complete"] and stats["accounting"]["balanced"] and stats["accounting"]["records_read"] == len(ids)
+    assert stats["accounting"]["inputs"]["files_read"] == 2
+
+
 def test_demo_recipe_unchanged_on_slurm_matches_local(cluster, tmp_path, repo_root):
     """The same recipe file scales from local to SLURM: only the executor is overridden. Its dedup stages
     chain segments and whole-corpus phases through sbatch dependencies (datatrove's `depends`)."""

@@ -135,7 +135,7 @@ _SLURM_JOBS = "slurm_jobs.json"
 
 def record_slurm_jobs(run_dir: Path, executors) -> None:
     """Remember submitted SLURM job ids: a rerun must not resubmit tasks that are still queued or running."""
-    ids = [str(e.job_id) for e in executors if getattr(e, "job_id", None)]
+    ids = [str(e.job_id) for e in executors if str(getattr(e, "job_id", None) or "").isdigit()]  # -1: all done
     if ids:
         (Path(run_dir) / _SLURM_JOBS).write_text(json.dumps({"job_ids": ids}))
 
