@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from cuvee.folders import FolderLock, bind, claim, clean_stale_tmp, remove_owned
+from cuvee.folders import FolderLock, bind, claim, clean_stale_tmp, empty_owned
 from cuvee.train.checkpoint import average_state_dicts, checkpoint_identity, list_checkpoints, load_checkpoint
 from cuvee.train.config import DataConfig, ModelConfig, OptimConfig, TrainConfig, _Strict
 from cuvee.train.evaluate import evaluate, public
@@ -95,15 +95,9 @@ def _open_out_dir(out: Path, ac: AnnealConfig, fresh: bool, held: ExitStack) -> 
     what = "anneal output folder"
     claim(out, "train", what=what)
     lock = FolderLock(out, what).acquire()
-    if fresh:
-        try:
-            remove_owned(out, "train", what=what)
-            claim(out, "train", what=what)
-            new = FolderLock(out, what).acquire()
-        finally:
-            lock.release()
-        lock = new
     held.callback(lock.release)
+    if fresh:  # emptied while we hold the lock; the marker and the lock file stay
+        empty_owned(out, "train", what=what)
     bind(out, _binding(ac), what=what, fresh_hint="--no-resume")
     clean_stale_tmp(out)
 

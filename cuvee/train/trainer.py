@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from cuvee.folders import FolderError, FolderLock, bind, claim, clean_stale_tmp, remove_owned
+from cuvee.folders import FolderError, FolderLock, bind, claim, clean_stale_tmp, empty_owned
 from cuvee.train import checkpoint as ckpt
 from cuvee.train import distributed as dist_utils
 from cuvee.train.attention import build_doc_mask, resolve_backend
@@ -233,15 +233,9 @@ def _open_out_dir(out_dir: Path, binding: dict, resume: bool, info, held: ExitSt
         try:
             claim(out_dir, "train", what=what)
             lock = FolderLock(out_dir, what).acquire()
-            if not resume:  # start over: only a folder cuvee created is emptied, and only while we hold it
-                try:
-                    remove_owned(out_dir, "train", what=what)
-                    claim(out_dir, "train", what=what)
-                    fresh = FolderLock(out_dir, what).acquire()
-                finally:
-                    lock.release()
-                lock = fresh
             held.callback(lock.release)
+            if not resume:  # start over: only a folder cuvee created is emptied, and only while we hold it
+                empty_owned(out_dir, "train", what=what)
             bind(out_dir, binding, what=what, fresh_hint="--no-resume")
             clean_stale_tmp(out_dir)  # e.g. a torch.save killed half-way through step_X.pt.tmp
         except Exception as e:
