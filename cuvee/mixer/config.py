@@ -13,7 +13,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cuvee.mixer.tokenizers import TokenizerSpec
@@ -127,9 +126,11 @@ def load_mix_config(config: "str | Path | dict | MixConfig") -> MixConfig:
         if not path.exists():
             raise MixConfigError(f"mix config not found: {config}")
         try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as e:
-            raise MixConfigError(f"invalid mix config {origin}: not valid YAML: {e}") from None
+            from cuvee.yaml_safe import YamlLoadError, load_yaml
+
+            data = load_yaml(path.read_text(), origin)
+        except YamlLoadError as e:  # its message starts with the file name
+            raise MixConfigError(f"invalid mix config {e}") from None
         if not isinstance(data, dict):
             raise MixConfigError(f"invalid mix config {origin}: expected a mapping at the top level")
         data.setdefault("name", re.sub(r"[^A-Za-z0-9_.-]", "_", path.stem))

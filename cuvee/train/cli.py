@@ -82,7 +82,9 @@ def anneal(config, checkpoint, candidate, control, tokens, evals, seeds, average
     """Anneal CHECKPOINT on a candidate and a control mix (LR linearly to 0); compare held-out loss/bpb."""
     from cuvee.train.anneal import AnnealConfig, run_anneal
 
-    raw = yaml.safe_load(Path(config).read_text()) if config else {}
+    from cuvee.yaml_safe import load_yaml
+
+    raw = load_yaml(Path(config).read_text(), str(config)) if config else {}
     cli = {"checkpoint": checkpoint, "candidate": list(candidate) or None, "control": list(control) or None,
            "tokens": tokens, "average_last": average_last, "out_dir": out_dir,
            "seeds": [int(s) for s in seeds.split(",")] if seeds else None,

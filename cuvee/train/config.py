@@ -134,7 +134,9 @@ class TrainConfig(_Strict):
 
 def load_train_config(path: str | Path, overrides: dict | None = None) -> TrainConfig:
     """Read a YAML train config; relative data/eval paths are resolved against the current directory."""
-    raw = yaml.safe_load(Path(path).read_text())
+    from cuvee.yaml_safe import load_yaml
+
+    raw = load_yaml(Path(path).read_text(), str(path))  # alias bombs refused (ValueError)
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: expected a mapping at top level")
     for key, value in (overrides or {}).items():
