@@ -169,6 +169,52 @@ def apply_cmd(model, inputs, output, name, positive_label, threshold, top_percen
         sys.exit(1)
 
 
+@classify.command("annotate")
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--out", "-o", required=True, help="annotations JSONL (appended to; rerun to resume)")
+@click.option("--model", "-m", required=True, help="local HF causal LM folder / name, or the served model name with --endpoint")
+@click.option("--endpoint", default=None, help="OpenAI-compatible base URL, e.g. http://host:8000/v1 (vLLM)")
+@click.option("--api", type=click.Choice(["chat", "completions"]), default="chat", show_default=True)
+@click.option("--api-key-env", default=None, help="environment variable holding the endpoint's API key")
+@click.option("--prompt", default="fineweb_edu", show_default=True, help="shipped template name or a template file with {text}")
+@click.option("--n", "n", type=int, default=500, show_default=True, help="documents to sample")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--max-chars", type=int, default=2000, show_default=True, help="characters of each document put in the prompt")
+@click.option("--max-new-tokens", type=int, default=256, show_default=True)
+@click.option("--concurrency", type=int, default=8, show_default=True, help="requests in flight (endpoint only)")
+@click.option("--limit", type=int, default=None, help="annotate at most this many new documents in this run")
+@click.option("--retries", type=int, default=5, show_default=True, help="per request, on 429/5xx/timeouts (exponential backoff)")
+@click.option("--timeout", type=float, default=120.0, show_default=True, help="seconds per request")
+@click.option("--tokenizer", default=None, help="count tokens with this tokenizer when the endpoint sends no usage")
+@click.option("--price-per-mtok", nargs=2, type=float, default=None, help="IN OUT prices per million tokens, for the cost estimate")
+@click.option("--store-text/--no-store-text", default=True, show_default=True, help="keep the text (needed by classify train)")
+@click.option("--device", default="auto", show_default=True, help="local model: auto, cpu or cuda")
+@click.option("--progress/--no-progress", default=True, show_default=True)
+def annotate_cmd(inputs, out, model, endpoint, api, api_key_env, prompt, n, seed, max_chars, max_new_tokens, concurrency,
+                 limit, retries, timeout, tokenizer, price_per_mtok, store_text, device, progress):
+    """Score a seeded sample of documents with an LLM (FineWeb-Edu prompt by default) into an annotations JSONL."""
+    from cuvee.classifiers.annotate import AnnotateError, HttpLM, LocalLM, annotate, load_prompt
+
+    try:
+        template = load_prompt(prompt)
+        if endpoint:
+            key = None
+            if api_key_env:
+                key = os.environ.get(api_key_env)
+                if not key:
+                    raise AnnotateError(f"--api-key-env {api_key_env}: that environment variable is not set")
+            backend = HttpLM(endpoint, model, api=api, api_key=key, max_new_tokens=max_new_tokens, timeout=timeout,
+                             retries=retries, concurrency=concurrency, tokenizer=tokenizer)
+        else:
+            backend = LocalLM(model, max_new_tokens=max_new_tokens, device=device)
+        summary = annotate(inputs, out, backend, template, n=n, seed=seed, max_chars=max_chars, limit=limit,
+                           store_text=store_text, price_per_mtok=tuple(price_per_mtok) if price_per_mtok else None,
+                           progress=progress)
+    except (AnnotateError, FileNotFoundError) as e:
+        raise click.ClickException(" ".join(str(e).split())) from None
+    click.echo(json.dumps(summary, indent=2))
+
+
 main = classify
 
 if __name__ == "__main__":
