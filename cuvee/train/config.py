@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 
 class _Strict(BaseModel):
@@ -73,6 +73,22 @@ class DataConfig(_Strict):
     seq_len: int = Field(256, gt=1)
     seed: int = 1234
     add_eos: bool = True  # append the manifest's EOS to documents that do not already end with it
+    # document order (cuvee/train/loader.py): "global" reshuffles all documents every epoch (the share of each
+    # source among the first steps wanders); "mix" follows the mixer's blended order, so every step holds the
+    # mix's weights (anneals, ablations); "window" shuffles the mixer's order within windows of `window` docs
+    order: Literal["global", "mix", "window"] = "global"
+    window: int = Field(1024, gt=0)  # documents per shuffle window (order: window)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        # leave out what does not change the data order, so run folders bound before `order` existed (and runs
+        # that differ only in an unused `window`) still resume: the folder binding is this dump
+        d = handler(self)
+        if d.get("order") == "global":
+            d.pop("order")
+        if d.get("order") != "window":
+            d.pop("window", None)
+        return d
 
 
 class OptimConfig(_Strict):

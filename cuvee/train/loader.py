@@ -12,9 +12,23 @@ and targets ``p+1..p+S``; the next row starts at ``p+S``). Each row carries:
 * ``cu_seqlens``    segment boundaries over the flattened batch, for varlen attention kernels;
 * ``doc_index``     global document index per token (per-document evaluation, bootstrap).
 
-Sharding across data-parallel ranks: rank r reads positions r, r+W, r+2W, ... of each epoch's permutation.
-The state (epoch, cursor, offset into the current document) is three integers, so a restart resumes with
-exactly the batches an uninterrupted run would have produced.
+Document order (``order``, the train config's ``data.order``):
+
+* ``global`` (default, the historical behaviour): a fresh seeded permutation of all documents every epoch.
+  Well mixed, but the share of each mix source among the first N steps wanders around its weight.
+* ``mix``: the mixer's own document order, which is already blended (greedy token deficit: every prefix holds
+  each source's weight up to one document) and shuffled within each source by the mixer's seed, so the
+  weights a user writes are the weights the model sees at every step (anneals, short ablations). Every epoch
+  repeats the same order.
+* ``window``: the mixer's order shuffled within consecutive windows of ``window`` documents (a fresh seeded
+  shuffle per window and per epoch): a prefix's share stays within about one window of the weights.
+
+Sharding across data-parallel ranks: in ``global`` order rank r reads documents r, r+W, r+2W, ... of each
+epoch's permutation. In ``mix`` and ``window`` order all ranks pack the same token stream and rank r takes
+rows r, r+W, r+2W, ...: the global batch of step k (``W x batch_size`` rows) is exactly the next contiguous
+stretch of the mix, whatever the ranks' document lengths. The state (epoch, cursor, offset into the current
+document) is three integers, so a restart resumes with exactly the batches an uninterrupted run would have
+produced.
 """
 
 from __future__ import annotations
@@ -31,6 +45,7 @@ from cuvee.train.shards import ShardSet
 
 log = logging.getLogger(__name__)
 IGNORE_INDEX = -100
+ORDERS = ("global", "mix", "window")
 
 
 @dataclass
@@ -56,6 +71,8 @@ class PackedLoader:
         shuffle: bool = True,
         epochs: int | None = None,
         doc_limit: int | None = None,
+        order: str = "global",
+        window: int = 1024,
     ):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world size {world_size}")
@@ -63,6 +80,15 @@ class PackedLoader:
             raise ValueError(f"{shards.num_documents} documents cannot feed {world_size} ranks")
         if add_eos and shards.eos_id is None:
             raise ValueError("add_eos needs the tokenizer's eos_id (manifest.json) - or set add_eos: false")
+        if order not in ORDERS:
+            raise ValueError(f"unknown data order {order!r}; known: {', '.join(ORDERS)}")
+        if order == "window" and window < 1:
+            raise ValueError(f"window must be >= 1 document, got {window}")
+        if order != "global" and len(shards.manifests) > 1:
+            log.warning("order %r over %d mixes: they are read one after another, not blended", order,
+                        len(shards.manifests))
+        self.order, self.window = order, window
+        self.interleave_rows = order != "global"  # ranks share one stream and take every W-th row
         self.shards, self.seq_len, self.batch_size = shards, seq_len, batch_size
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.add_eos, self.shuffle, self.epochs = add_eos, shuffle, epochs
@@ -72,15 +98,28 @@ class PackedLoader:
         self.batches = 0
         self._perm: FeistelPermutation | None = None
         self._perm_epoch = -1
+        self._window_key: tuple[int, int] | None = None
         self._doc_cache: tuple[int, int, np.ndarray] | None = None  # (epoch, cursor, tokens)
 
     # ---- document order -------------------------------------------------------------------
     def _docs_per_epoch(self) -> int:
         n, w, r = self.num_documents, self.world_size, self.rank
+        if self.interleave_rows:
+            return n
         return (n - r + w - 1) // w
 
     def document_at(self, epoch: int, cursor: int) -> int:
         """Global document index read by this rank at (epoch, cursor)."""
+        if self.interleave_rows:
+            if self.order == "mix" or not self.shuffle:
+                return cursor
+            k = cursor // self.window  # window order: shuffle inside window k only
+            start = k * self.window
+            if self._window_key != (epoch, k):
+                size = min(self.window, self.num_documents - start)
+                wseed = xxhash.xxh64_intdigest(f"{self.seed}:{epoch}:window{self.window}:{k}".encode())
+                self._perm, self._window_key = FeistelPermutation(size, wseed), (epoch, k)
+            return start + self._perm[cursor - start]
         j = self.rank + cursor * self.world_size
         if not self.shuffle:
             return j
@@ -164,12 +203,20 @@ class PackedLoader:
     def __iter__(self):
         return self
 
+    def _skip_rows(self, n: int) -> None:
+        """Step over n rows of the shared stream (other ranks' rows): memory-mapped slices, no token copies."""
+        for _ in range(n):
+            self._take(self.state, self.seq_len)
+
     def __next__(self) -> dict[str, torch.Tensor]:
         rows = []
         saved = self.state.copy()
+        skip = self.world_size - 1 if self.interleave_rows else 0
         try:
             for _ in range(self.batch_size):
+                self._skip_rows(self.rank if skip else 0)
                 rows.append(self._row())
+                self._skip_rows(skip - self.rank if skip else 0)
         except StopIteration:
             if not rows:
                 self.state = saved
@@ -187,16 +234,88 @@ class PackedLoader:
             epoch=st.epoch, cursor=st.cursor, offset=st.offset, batches=self.batches, skipped_empty=self.skipped_empty,
             seed=self.seed, rank=self.rank, world_size=self.world_size, seq_len=self.seq_len,
             batch_size=self.batch_size, num_documents=self.num_documents, shuffle=self.shuffle,
+            order=self.order, window=self.window if self.order == "window" else None,
         )
 
     def load_state_dict(self, sd: dict) -> None:
         now = self.state_dict()
-        for key in ("seed", "rank", "world_size", "seq_len", "batch_size", "num_documents", "shuffle"):
+        sd = {"order": "global", "window": None, **sd}  # checkpoints from before data.order read globally
+        for key in ("seed", "rank", "world_size", "seq_len", "batch_size", "num_documents", "shuffle", "order",
+                    "window"):
             if sd.get(key) != now[key]:
                 raise ValueError(f"loader state mismatch on {key}: checkpoint {sd.get(key)!r}, now {now[key]!r}")
         self.state = _Cursor(sd["epoch"], sd["cursor"], sd["offset"])
         self.batches, self.skipped_empty = sd["batches"], sd["skipped_empty"]
         self._doc_cache = None
+
+
+def realised_shares(
+    source: "PackedLoader | ShardSet",
+    steps: int,
+    *,
+    seq_len: int | None = None,
+    batch_size: int | None = None,
+    grad_accum: int = 1,
+    world_size: int | None = None,
+    order: str | None = None,
+    seed: int | None = None,
+    window: int | None = None,
+    add_eos: bool | None = None,
+) -> list[dict]:
+    """Cumulative share of tokens from each mix source over the first 1..``steps`` optimizer steps.
+
+    ``source`` is a loader (its settings are used, from its start, and it is left untouched) or a ShardSet
+    (then ``seq_len`` and ``batch_size`` are needed). One optimizer step is ``grad_accum`` batches on each of
+    ``world_size`` ranks, all counted. Returns one dict per step completed (fewer when a finite pass ends):
+    ``{"step", "tokens", "source_tokens": {name: n}, "shares": {name: fraction}}``, tokens being the real
+    (non-padding) input tokens, EOS included. Sources come from :meth:`ShardSet.source_ids` (documents of
+    shards the mixer did not write count as ``"(unknown)"``).
+    """
+    if isinstance(source, PackedLoader):
+        ld = source
+        shards = ld.shards
+        kw = dict(seq_len=ld.seq_len, batch_size=ld.batch_size, seed=ld.seed, world_size=ld.world_size,
+                  add_eos=ld.add_eos, shuffle=ld.shuffle, epochs=ld.epochs, doc_limit=ld.num_documents,
+                  order=ld.order, window=ld.window)
+    else:
+        shards = source
+        if seq_len is None or batch_size is None:
+            raise ValueError("realised_shares over shards needs seq_len and batch_size")
+        kw = dict(seq_len=seq_len, batch_size=batch_size, seed=1234, world_size=1, add_eos=True, order="global",
+                  window=1024)
+    for key, value in (("seq_len", seq_len), ("batch_size", batch_size), ("world_size", world_size),
+                       ("order", order), ("seed", seed), ("window", window), ("add_eos", add_eos)):
+        if value is not None:
+            kw[key] = value
+    if steps < 0 or grad_accum < 1:
+        raise ValueError("steps must be >= 0 and grad_accum >= 1")
+    names = shards.source_names
+    doc_source = shards.source_ids()
+    per_step = np.zeros((steps, len(names)), dtype=np.int64)
+    done = steps
+    for rank in range(kw["world_size"]):
+        loader = PackedLoader(shards, rank=rank, **kw)
+        for step in range(steps):
+            for _ in range(grad_accum):
+                try:
+                    batch = next(loader)
+                except StopIteration:
+                    done = min(done, step)
+                    break
+                idx = batch["doc_index"].numpy().reshape(-1)
+                idx = idx[idx >= 0]
+                per_step[step] += np.bincount(doc_source[idx], minlength=len(names))
+    out = []
+    cum = np.cumsum(per_step[:done], axis=0)
+    for step, row in enumerate(cum, start=1):
+        total = int(row.sum())
+        out.append({
+            "step": step,
+            "tokens": total,
+            "source_tokens": {n: int(c) for n, c in zip(names, row)},
+            "shares": {n: (float(c) / total if total else 0.0) for n, c in zip(names, row)},
+        })
+    return out
 
 
 def _cu_seqlens(doc_ids: np.ndarray) -> tuple[torch.Tensor, int]:

@@ -56,6 +56,110 @@ class ShardSet:
         shard = int(np.searchsorted(self.doc_offsets, i, side="right")) - 1
         return int(self.datasets[shard].sequence_lengths[i - int(self.doc_offsets[shard])])
 
+    # ---- which mix source each document came from ---------------------------------------------
+    @property
+    def source_names(self) -> list[str]:
+        """Names of the mix sources, in the order of :meth:`document_source`'s ids (``UNKNOWN_SOURCE`` last
+        when some shard records no sources)."""
+        return self._sources()[0]
+
+    def document_source(self, i: int) -> int:
+        """Index into :attr:`source_names` of the source global document i came from."""
+        shard = int(np.searchsorted(self.doc_offsets, i, side="right")) - 1
+        local, remap = self._sources()[1][shard]
+        return int(remap[int(local[i - int(self.doc_offsets[shard])])])
+
+    def source_ids(self) -> np.ndarray:
+        """Source index of every global document (one int16 per document)."""
+        return np.concatenate([remap[np.asarray(local, dtype=np.int64)] for local, remap in self._sources()[1]])
+
+    def _sources(self):
+        if getattr(self, "_source_table", None) is None:
+            self._source_table = _source_table(self.datasets)
+        return self._source_table
+
+
+UNKNOWN_SOURCE = "(unknown)"
+
+
+def _source_table(datasets: list[IndexedDataset]):
+    """(names, [(per-document local source ids, local -> global name index) per dataset]).
+
+    The mixer records per shard only ``source_tokens``, not each document's source; none is needed: its greedy
+    token-deficit rule picks every next source from the token counts so far alone, so the manifest's weights
+    and the shards' document lengths give back each document's source exactly. The replay is checked against
+    every shard's ``source_tokens``; a shard that fails the check (or has no mixer manifest) counts as
+    ``UNKNOWN_SOURCE``.
+    """
+    names: list[str] = []
+    manifests: dict[Path, dict] = {}
+    replayed: dict[Path, dict[str, np.ndarray] | None] = {}
+    out = []
+    for ds in datasets:
+        prefix = Path(ds.prefix)
+        parent = prefix.parent.resolve()
+        if parent not in manifests:
+            mf = parent / "manifest.json"
+            try:
+                manifests[parent] = json.loads(mf.read_text()) if mf.exists() else {}
+            except (OSError, ValueError):
+                manifests[parent] = {}
+            replayed[parent] = _replay_sources(parent, manifests[parent])
+        local_names = [str(s.get("name")) for s in manifests[parent].get("sources") or []]
+        local = (replayed[parent] or {}).get(prefix.name)
+        if local is None or len(local) != len(ds):
+            if local_names:
+                log.warning("%s: the source of each document cannot be recovered; counted as %s", prefix, UNKNOWN_SOURCE)
+            local_names, local = [], np.zeros(len(ds), dtype=np.uint16)
+        remap = []
+        for n in local_names or [UNKNOWN_SOURCE]:
+            if n not in names:
+                names.append(n)
+            remap.append(names.index(n))
+        out.append((local, np.asarray(remap, dtype=np.int16)))
+    if UNKNOWN_SOURCE in names:  # keep it last
+        u = names.index(UNKNOWN_SOURCE)
+        order = [i for i in range(len(names)) if i != u] + [u]
+        new_index = np.argsort(order).astype(np.int16)
+        names = [names[i] for i in order]
+        out = [(local, new_index[remap]) for local, remap in out]
+    return names, out
+
+
+def _replay_sources(directory: Path, manifest: dict) -> dict[str, np.ndarray] | None:
+    """Per-document source ids of a sidecar-less mix, by replaying the greedy blend over document lengths."""
+    shards, sources = manifest.get("shards") or [], manifest.get("sources") or []
+    if not str(manifest.get("blend", "")).startswith("greedy token deficit"):
+        return None
+    weights = [s.get("weight") for s in sources]
+    if not shards or not weights or any(not isinstance(w, (int, float)) or w < 0 for w in weights) or not sum(weights):
+        return None
+    total = sum(weights)
+    w = [x / total for x in weights]  # the same arithmetic as cuvee.mixer.blend.greedy_blend
+    order = sorted(range(len(w)), key=lambda i: (-w[i], i))
+    counts, emitted, result = [0] * len(w), 0, {}
+    try:
+        for entry in shards:
+            lengths = IndexedDataset(directory / entry["prefix"]).sequence_lengths
+            ids = np.empty(len(lengths), dtype=np.uint16)
+            shard_tokens = [0] * len(w)
+            for k, n in enumerate(lengths.tolist()):
+                best, best_deficit = -1, None
+                for i in order:
+                    d = w[i] * emitted - counts[i]
+                    if best_deficit is None or d > best_deficit:
+                        best, best_deficit = i, d
+                ids[k] = best
+                counts[best] += n
+                shard_tokens[best] += n
+                emitted += n
+            if list(entry.get("source_tokens") or []) != shard_tokens:  # unverifiable or not this rule
+                return None
+            result[entry["prefix"]] = ids
+    except (OSError, ValueError, KeyError):
+        return None
+    return result
+
 
 def resolve_mix_yaml(path: Path) -> Path:
     """A ``mixes/*.yaml`` is materialised once by the mixer (into its ``output_dir``) and reused after."""

@@ -100,7 +100,8 @@ def _train(cfg: TrainConfig, info, held: ExitStack, resume: bool, stop_after: in
         raise ValueError(f"seq_len {cfg.data.seq_len} exceeds model max_seq_len {mcfg.max_seq_len}")
     _open_out_dir(out_dir, _binding(cfg, mcfg, shards, info, init_from, init_optimizer, peak_lr), resume, info, held)
     loader = PackedLoader(shards, cfg.data.seq_len, cfg.micro_batch, seed=cfg.data.seed, rank=info.rank,
-                          world_size=info.world_size, add_eos=cfg.data.add_eos)
+                          world_size=info.world_size, add_eos=cfg.data.add_eos,
+                          order=cfg.data.order, window=cfg.data.window)  # "mix": the blend holds at every step
     model = Llama(mcfg).to(device)
     backend = resolve_backend(cfg.attention, device)
     use_bf16 = cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device.type == "cuda")
