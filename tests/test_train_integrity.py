@@ -23,6 +23,7 @@ def data(tmp_path_factory):
     rows = load_wcxb()
     build_variant_mix(root / "a", "a", rows[:30], {"clean": 1.0}, max_doc_bytes=800)
     build_variant_mix(root / "b", "b", rows[30:60], {"clean": 1.0}, max_doc_bytes=800)
+    build_variant_mix(root / "heldout", "heldout", rows[60:75], {"clean": 1.0}, max_doc_bytes=800)  # no arm trains on it
     return root
 
 
@@ -161,7 +162,7 @@ def test_resume_cleans_stale_tmp(data, tmp_path):
 def test_anneal_binds_its_folders(data, tmp_path):
     base = train(_cfg(data, tmp_path / "base", steps=3), quiet=True)
     kw = dict(checkpoint=base["checkpoint"], candidate=[str(data / "a")], control=[str(data / "b")], tokens=64 * 2 * 2,
-              eval={"a": str(data / "a")}, eval_docs=4, seeds=[0], average_last=1, bootstrap=100,
+              eval={"heldout": str(data / "heldout")}, eval_docs=4, seeds=[0], average_last=1, bootstrap=100,
               out_dir=str(tmp_path / "anneal"), threads=1)
     run_anneal(AnnealConfig(**kw), quiet=True)
     out = tmp_path / "anneal"

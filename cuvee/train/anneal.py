@@ -2,13 +2,47 @@
 (e.g. 30 % candidate + 70 % default) and on a control mix, same start, same token budget, LR linearly
 to 0; average the last k checkpoints of each; compare held-out loss and bits-per-byte per eval source.
 
-Noise: every arm is run with several data-order seeds (the spread across seeds is training noise),
-and a paired bootstrap over held-out documents gives a confidence interval for the difference
-(evaluation noise). A difference counts only if it clears both.
+Pairing: for every seed in ``seeds`` (default 3) the candidate and the control run start from the same
+checkpoint (same weights, same optimizer moments) with the same data-order seed and the same loader order
+(``order``, default ``window``: the mixer's blended order shuffled within windows, so every step keeps the
+mix's weights while the seed still changes the order); both arms are evaluated on the same documents. The
+verdict is paired by seed (:mod:`cuvee.train.verdict`). The two arms are separate mixer outputs, so their
+shared 70 % part is *not* read document-for-document in the same order - the same seed (and the mixer's own
+seed, equal in both mix YAMLs) is the closest pairing available; what remains shows up as seed noise, which the
+verdict measures rather than assumes. ``order: mix`` is refused with several seeds: every seed would then read
+the same order and the seed noise would be invisible.
+
+Before any training each eval set is deduplicated (exact token-id duplicates within the set) and, when
+:mod:`cuvee.train.decontam` is available, decontaminated against both arms' training sources (exact +
+near-duplicate); removed documents are counted in the report and never scored.
+
+Verdict per eval source (:func:`cuvee.train.verdict.compare`): paired t over seeds widened by the eval-document
+noise; 95 % interval, p, MDE at 80 % power, one of "candidate better" / "control better" / "no difference
+(equivalent within ±margin)" (only when the interval lies inside ±``equivalence_margin`` x the control's
+metric) / "inconclusive" (with how many seeds or eval documents would resolve it).
+
+Report (``run_anneal`` returns it; also ``report.json`` and ``report.md`` in the output folder) - keys:
+
+* ``name``, ``config`` (the AnnealConfig), ``start_step``, ``start_lr``, ``pairing`` (text), ``seeds``;
+* ``sources``: eval source -> ``metric`` ("bpb" or "loss"), ``candidate`` / ``control`` (mean over seeds of the
+  averaged model's metric), ``candidate_per_seed`` / ``control_per_seed``, ``effect`` (control - candidate,
+  > 0: candidate better; also as ``delta_control_minus_candidate``), ``ci95`` [lo, hi], ``p_value``, ``mde``
+  (80 % power), ``se``, ``df``, ``seed_se``, ``document_se``, ``dominant_noise``, ``margin`` (absolute),
+  ``per_seed_effect``, ``seeds_candidate_better``, ``verdict``, ``reason``, ``seeds_needed``, ``docs_needed``,
+  ``documents`` (scored), ``beyond_noise`` (verdict is better/worse);
+* ``decontamination``: eval source -> ``pool`` (first ``eval_docs`` documents), ``duplicates`` (exact repeats
+  within the set, removed), ``overlap`` (removed as overlapping training data, or None when no check ran),
+  ``scored``, ``method``, ``details`` (decontam report when available);
+* ``shares``: arm -> {``method`` ("loader: realised over the steps trained" or "manifest fallback: ..."),
+  ``shares`` {mix source: token share}, ``tokens``};
+* ``averaging``: arm -> seed -> {``steps`` averaged, ``total_steps``, ``span`` (fraction of the anneal),
+  ``text``}; ``averaging_text``: one sentence;
+* ``runs``: arm -> seed -> {``final_train_loss``, ``averaged_checkpoints``, ``eval`` (per source summary)}.
 
 The output folder (and each arm's run folder under ``runs/``) is a cuvee train folder: claimed, locked
-while the ablation runs, and bound to its plan (start checkpoint, mixes, budget, seeds), so a rerun
-resumes only the same ablation and never averages checkpoints of two different ones.
+while the ablation runs, and bound to its plan (start checkpoint, mixes, budget), so a rerun resumes only the
+same ablation and never averages checkpoints of two different ones. The seed list is not part of the plan:
+every seed's run folder is bound on its own, so adding seeds to an inconclusive ablation resumes it.
 """
 
 from __future__ import annotations
@@ -17,10 +51,12 @@ import json
 import math
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import Field
+import xxhash
+from pydantic import Field, field_validator, model_validator
 
 from cuvee.folders import FolderLock, bind, claim, clean_stale_tmp, empty_owned
 from cuvee.train.checkpoint import average_state_dicts, checkpoint_identity, list_checkpoints, load_checkpoint
@@ -30,6 +66,7 @@ from cuvee.train.model import Llama
 from cuvee.train.schedule import lr_at
 from cuvee.train.shards import open_shards
 from cuvee.train.trainer import train
+from cuvee.train.verdict import BETTER, WORSE, compare
 
 
 class AnnealConfig(_Strict):
@@ -38,17 +75,37 @@ class AnnealConfig(_Strict):
     candidate: list[str]  # mix YAML(s) or mixer output dir(s)
     control: list[str]
     tokens: int = Field(..., gt=0)  # anneal budget per run
-    eval: dict[str, str]  # eval source name -> held-out shards
+    eval: dict[str, str]  # eval source name -> held-out shards (disjoint from both arms' sources)
     seq_len: int | None = None  # default: the checkpoint's
     micro_batch: int | None = None
     grad_accum: int = 1
     lr: float | None = None  # default: the checkpoint run's LR at its last step (peak if that was ~0)
-    seeds: list[int] = [0, 1]
+    seeds: list[int] = [0, 1, 2]  # paired: each seed runs both arms; >= 3 for a usable seed-noise estimate
+    order: Literal["global", "mix", "window"] = "window"  # loader document order of both arms (see module doc)
+    window: int = Field(1024, gt=0)
     average_last: int = Field(3, ge=1)
-    eval_docs: int = 200
-    bootstrap: int = Field(2000, ge=100)
+    eval_docs: int = 200  # eval pool: the first eval_docs documents of each eval set, before dedup/decontam
+    equivalence_margin: float | None = Field(0.005, ge=0)  # relative to the control's metric; None: never "equivalent"
+    alpha: float = Field(0.05, gt=0, lt=1)
+    decontaminate: bool = True  # run cuvee.train.decontam (when present) before training
+    decontam_threshold: float = Field(0.8, gt=0, le=1)
+    bootstrap: int = Field(2000, ge=100)  # unused since the analytic paired verdict; kept so old configs load
     out_dir: str = "runs/anneal/${name}"
     threads: int = 0
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        if not v or len(set(v)) != len(v):
+            raise ValueError("seeds must be a non-empty list of distinct integers")
+        return v
+
+    @model_validator(mode="after")
+    def _order(self):
+        if self.order == "mix" and len(self.seeds) > 1:
+            raise ValueError("order: mix reads the same document order for every seed, so the seeds would not "
+                             "measure training noise; use order: window (the mix's blend within windows)")
+        return self
 
     def resolved_out_dir(self) -> Path:
         return Path(self.out_dir.replace("${name}", self.name))
@@ -66,10 +123,13 @@ def _arm_config(ac: AnnealConfig, state: dict, arm: str, paths: list[str], seed:
     seq_len = ac.seq_len or base.data.seq_len
     micro = ac.micro_batch or base.micro_batch
     steps = max(1, math.ceil(ac.tokens / (seq_len * micro * ac.grad_accum)))
-    every = max(1, steps // (2 * ac.average_last))  # the last k checkpoints span about the last half
+    # checkpoints every steps // 2k and at the final step; the last k are averaged (e.g. 100 steps, k = 3: steps
+    # 80, 96, 100 = the last 20 % of the anneal); _averaging() reports exactly which
+    every = max(1, steps // (2 * ac.average_last))
     return TrainConfig(
         name=f"{arm}_seed{seed}", model=state["model_config"],
-        data=DataConfig(paths=paths, seq_len=seq_len, seed=seed, add_eos=base.data.add_eos),
+        data=DataConfig(paths=paths, seq_len=seq_len, seed=seed, add_eos=base.data.add_eos, order=ac.order,
+                        window=ac.window),
         optim=OptimConfig(**{**base.optim.model_dump(), "lr": lr, "warmup_steps": 0, "schedule": "linear", "min_lr_ratio": 0.0}),
         out_dir=str(ac.resolved_out_dir() / "runs" / f"{arm}_seed{seed}"), steps=steps, micro_batch=micro,
         grad_accum=ac.grad_accum, seed=seed, attention=base.attention, dtype=base.dtype, compile=base.compile,
@@ -78,14 +138,23 @@ def _arm_config(ac: AnnealConfig, state: dict, arm: str, paths: list[str], seed:
     )
 
 
+_NOT_BOUND = ("name", "out_dir", "threads", "eval", "eval_docs", "bootstrap", "seeds", "equivalence_margin",
+              "alpha", "decontaminate", "decontam_threshold")
+
+
 def _binding(ac: AnnealConfig) -> dict:
     """What the arm runs under ``runs/`` depend on. Left out: ``name``/``out_dir`` (they only name the
-    folder), ``threads`` (execution only) and the evaluation settings (``eval``, ``eval_docs``,
-    ``bootstrap``): the report is recomputed from the arms on every run, so they may change freely.
+    folder), ``threads`` (execution only), ``seeds`` (each seed's run folder is bound on its own, so seeds
+    can be added to an ablation) and the evaluation settings (``eval``, ``eval_docs``, margin, alpha,
+    decontamination): the report is recomputed from the arms on every run, so they may change freely.
     The start checkpoint is bound by content, not by path."""
     b = ac.model_dump(mode="json")
-    for key in ("name", "out_dir", "threads", "eval", "eval_docs", "bootstrap"):
+    for key in _NOT_BOUND:
         b.pop(key)
+    if b.get("order") == "global":  # folders bound before `order` existed resume
+        b.pop("order")
+    if b.get("order") != "window":
+        b.pop("window", None)
     b["checkpoint"] = checkpoint_identity(ac.checkpoint)
     return b
 
@@ -110,71 +179,184 @@ def run_anneal(ac: AnnealConfig, quiet: bool = False, fresh: bool = False) -> di
         return _run_anneal(ac, state, quiet)
 
 
+# ---- eval-set hygiene ------------------------------------------------------------------------------------
+def _train_paths(paths: list[str]) -> list[str]:
+    """Mixer output dirs of an arm (mix YAMLs are materialised, as training would)."""
+    from cuvee.train.shards import resolve_mix_yaml
+
+    return [str(resolve_mix_yaml(Path(p))) if str(p).endswith((".yaml", ".yml")) else str(p) for p in paths]
+
+
+def _decontam():
+    """``cuvee.train.decontam.decontaminate`` when that module exists (it is optional), else None."""
+    try:
+        from cuvee.train.decontam import decontaminate
+    except ImportError:
+        return None
+    return decontaminate
+
+
+def _clean_eval_sets(ac: AnnealConfig, eval_sets: dict, say) -> tuple[dict[str, np.ndarray], dict]:
+    """Per eval source: indices (within the first ``eval_docs``) of the documents to score, and the counts."""
+    pools = {name: min(ac.eval_docs, shards.num_documents) for name, shards in eval_sets.items()}
+    keep: dict[str, np.ndarray] = {}
+    info: dict[str, dict] = {}
+    for name, shards in eval_sets.items():
+        seen, kept = set(), []
+        for i in range(pools[name]):
+            h = xxhash.xxh64_intdigest(np.ascontiguousarray(shards.document(i)).tobytes())
+            if h not in seen:
+                seen.add(h)
+                kept.append(i)
+        keep[name] = np.array(kept, dtype=np.int64)
+        info[name] = {"pool": pools[name], "duplicates": pools[name] - len(kept), "overlap": None,
+                      "method": "exact duplicates within the set removed; no training-overlap check "
+                                "(cuvee.train.decontam not available or decontaminate: false)", "details": None}
+    decontaminate = _decontam() if ac.decontaminate else None
+    if decontaminate is not None:
+        train_sources = _train_paths(ac.candidate) + _train_paths(ac.control)
+        clean, details = decontaminate(eval_sets, train_sources, max_docs=ac.eval_docs, threshold=ac.decontam_threshold)
+        for name in eval_sets:
+            allowed = {int(i) for i in clean.get(name, range(pools[name]))}
+            before = len(keep[name])
+            keep[name] = np.array([i for i in keep[name] if int(i) in allowed], dtype=np.int64)
+            info[name]["overlap"] = before - len(keep[name])
+            info[name]["method"] = (f"exact duplicates within the set removed; documents overlapping either arm's "
+                                    f"training sources removed (cuvee.train.decontam, exact + near-duplicate, "
+                                    f"threshold {ac.decontam_threshold})")
+            info[name]["details"] = (details.get(name) if isinstance(details, dict) and name in details else None)
+        if isinstance(details, dict) and not any(isinstance(details.get(n), dict) for n in eval_sets):
+            for name in eval_sets:
+                info[name]["details"] = details
+    for name in eval_sets:
+        info[name]["scored"] = int(len(keep[name]))
+        if not len(keep[name]):
+            raise ValueError(f"eval source {name!r}: no documents left after dedup/decontamination")
+        i = info[name]
+        say(f"[anneal] eval {name}: {i['pool']} documents, {i['duplicates']} duplicates, "
+            f"{i['overlap'] if i['overlap'] is not None else 'unchecked'} overlapping training data, {i['scored']} scored")
+    return keep, info
+
+
+# ---- what each arm saw -----------------------------------------------------------------------------------
+def _shares(cfg: TrainConfig) -> dict:
+    """Token share of each mix source over the steps the arm trained (the loader's replay), or the mix
+    output's realised shares from manifest.json when the shards do not record their sources."""
+    shards = open_shards(cfg.data.paths)
+    try:
+        from cuvee.train.loader import realised_shares
+
+        rows = realised_shares(shards, cfg.steps, seq_len=cfg.data.seq_len, batch_size=cfg.micro_batch,
+                               grad_accum=cfg.grad_accum, world_size=1, order=cfg.data.order, seed=cfg.data.seed,
+                               window=cfg.data.window, add_eos=cfg.data.add_eos)
+        if rows and rows[-1]["shares"].get("(unknown)", 0.0) < 0.5:
+            return {"method": f"loader: realised over the {rows[-1]['step']} steps trained (seed {cfg.data.seed}, "
+                              f"order {cfg.data.order})",
+                    "shares": rows[-1]["shares"], "tokens": rows[-1]["tokens"]}
+    except (ImportError, AttributeError, ValueError):
+        pass
+    totals: dict[str, float] = {}
+    for man in shards.manifests:
+        for src in man.get("sources") or []:
+            n = src.get("realised_tokens") or 0
+            totals[src["name"]] = totals.get(src["name"], 0) + n
+    total = sum(totals.values())
+    return {"method": "manifest fallback: realised shares of the whole mix output (not measured over the steps "
+                      "trained; the shards do not record each document's source)",
+            "shares": {k: v / total for k, v in totals.items()} if total else {}, "tokens": int(total)}
+
+
+def _averaging(paths: list[Path], total: int) -> dict:
+    steps = [int(p.stem.split("_")[1]) for p in paths]
+    span = (total - steps[0]) / total if total else 0.0
+    text = (f"steps {', '.join(map(str, steps))} of {total} = weights of the last {100 * span:.0f} % of the anneal"
+            if len(steps) > 1 else f"step {steps[0]} of {total} (final weights, no averaging)")
+    return {"steps": steps, "total_steps": total, "span": span, "text": text}
+
+
 def _run_anneal(ac: AnnealConfig, state: dict, quiet: bool) -> dict:
     say = (lambda *a: None) if quiet else (lambda m: print(m, flush=True))
     out = ac.resolved_out_dir()
     lr = ac.lr or start_lr(state)
     mcfg = ModelConfig(**state["model_config"])
     eval_sets = {name: open_shards(p) for name, p in ac.eval.items()}
+    keep, decontam = _clean_eval_sets(ac, eval_sets, say)  # before any training
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     seq_len = ac.seq_len or TrainConfig(**state["config"]).data.seq_len
 
+    arms = (("candidate", ac.candidate), ("control", ac.control))
     results: dict[str, dict] = {"candidate": {}, "control": {}}
     doc_nats: dict[str, dict[str, list[np.ndarray]]] = {arm: {s: [] for s in eval_sets} for arm in results}
-    for arm, paths in (("candidate", ac.candidate), ("control", ac.control)):
-        for seed in ac.seeds:
+    denoms: dict[str, dict] = {}
+    averaging: dict[str, dict] = {"candidate": {}, "control": {}}
+    shares: dict[str, dict] = {}
+    for seed in ac.seeds:  # paired: both arms of a seed share start, data-order seed and eval documents
+        for arm, paths in arms:
             cfg = _arm_config(ac, state, arm, paths, seed, lr)
             say(f"[anneal] {arm} seed {seed}: {cfg.steps} steps x {cfg.micro_batch * cfg.data.seq_len * cfg.grad_accum} "
                 f"tokens, lr {lr:.2e} -> 0, from step {state['step']}")
             run = train(cfg, init_from=ac.checkpoint, resume=True, quiet=quiet)
             last = list_checkpoints(cfg.resolved_out_dir())[-ac.average_last:]
+            averaging[arm][str(seed)] = _averaging(last, cfg.steps)
+            if arm not in shares:
+                shares[arm] = _shares(cfg)
             model = Llama(mcfg).to(device)
             model.load_state_dict(average_state_dicts([load_checkpoint(p)["model"] for p in last]))
             evals = {}
             for name, shards in eval_sets.items():
-                r = evaluate(model, shards, seq_len, cfg.micro_batch, ac.eval_docs, "sdpa" if device.type == "cpu" else "flex", device)
-                doc_nats[arm][name].append(r["doc_nats"])
-                evals[name] = public(r) | {"doc_bytes": r["doc_bytes"], "doc_tokens": r["doc_tokens"]}
+                r = evaluate(model, shards, seq_len, cfg.micro_batch, ac.eval_docs,
+                             "sdpa" if device.type == "cpu" else "flex", device)
+                k = keep[name]
+                doc_nats[arm][name].append(r["doc_nats"][k])
+                unit = "bpb" if r["doc_bytes"] is not None else "loss"
+                den = (r["doc_bytes"] if unit == "bpb" else r["doc_tokens"])[k].astype(np.float64)
+                denoms[name] = (unit, den)
+                value = float(r["doc_nats"][k].sum() / den.sum() / (math.log(2) if unit == "bpb" else 1.0))
+                evals[name] = public(r) | {"scored_documents": int(len(k)), unit: value}
             results[arm][seed] = {"final_train_loss": run["losses"][max(run["losses"])] if run["losses"] else None,
                                   "averaged_checkpoints": [p.name for p in last], "eval": evals}
 
-    report = {"name": ac.name, "config": ac.model_dump(), "start_step": state["step"], "start_lr": lr, "sources": {}}
-    rng = np.random.default_rng(0)
+    first = next(iter(averaging["candidate"].values()))
+    report = {"name": ac.name, "config": ac.model_dump(), "start_step": state["step"], "start_lr": lr,
+              "seeds": list(ac.seeds),
+              "pairing": (f"per seed, both arms start from the same checkpoint with the same data-order seed and "
+                          f"loader order ({ac.order}) and are scored on the same eval documents; the arms are "
+                          f"separate mixer outputs, so their shared part is not read in the same document order"),
+              "sources": {}, "decontamination": decontam, "shares": shares, "averaging": averaging,
+              "averaging_text": f"last {len(first['steps'])} checkpoints averaged per run: {first['text']}"}
     for name in eval_sets:
-        denom_key = "doc_bytes" if results["candidate"][ac.seeds[0]]["eval"][name]["bpb"] is not None else "doc_tokens"
-        unit = "bpb" if denom_key == "doc_bytes" else "loss"
-        denom = results["candidate"][ac.seeds[0]]["eval"][name][denom_key].astype(np.float64)
+        unit, den = denoms[name]
         scale = 1 / math.log(2) if unit == "bpb" else 1.0
+        cand = np.stack(doc_nats["candidate"][name])
+        ctrl = np.stack(doc_nats["control"][name])
         per_seed = {arm: np.array([results[arm][s]["eval"][name][unit] for s in ac.seeds]) for arm in results}
-        cand_docs = np.mean(doc_nats["candidate"][name], axis=0)  # seed-averaged nats per document
-        ctrl_docs = np.mean(doc_nats["control"][name], axis=0)
-        metric = lambda nats, idx: scale * nats[idx].sum() / denom[idx].sum()  # noqa: E731
-        all_idx = np.arange(len(denom))
-        delta = metric(ctrl_docs, all_idx) - metric(cand_docs, all_idx)  # > 0: candidate better
-        boots = []
-        for _ in range(ac.bootstrap):  # paired: the same resampled documents for both arms
-            idx = rng.integers(0, len(denom), len(denom))
-            boots.append(metric(ctrl_docs, idx) - metric(cand_docs, idx))
-        lo, hi = np.percentile(boots, [2.5, 97.5])
-        n = len(ac.seeds)
-        seed_se = (math.sqrt(per_seed["candidate"].var(ddof=1) / n + per_seed["control"].var(ddof=1) / n)
-                   if n > 1 else float("nan"))
-        beyond = bool((lo > 0 or hi < 0) and (math.isnan(seed_se) or abs(delta) > 2 * seed_se))
-        verdict = ("candidate better" if delta > 0 else "control better") if beyond else "no difference beyond noise"
+        margin = ac.equivalence_margin * float(per_seed["control"].mean()) if ac.equivalence_margin else None
+        v = compare(cand, ctrl, weights=den, scale=scale, margin=margin, alpha=ac.alpha).to_dict()
         report["sources"][name] = {
             "metric": unit, "candidate": float(per_seed["candidate"].mean()), "control": float(per_seed["control"].mean()),
             "candidate_per_seed": per_seed["candidate"].tolist(), "control_per_seed": per_seed["control"].tolist(),
-            "delta_control_minus_candidate": float(delta), "bootstrap_ci95": [float(lo), float(hi)],
-            "seed_se": seed_se, "beyond_noise": beyond, "verdict": verdict,
-            "documents": int(len(denom)),
+            **v, "delta_control_minus_candidate": v["effect"], "beyond_noise": v["verdict"] in (BETTER, WORSE),
+            "documents": int(len(den)),
         }
     report["runs"] = {arm: {str(s): {k: v for k, v in r.items() if k != "eval"} | {
         "eval": {n: {k: v for k, v in e.items() if not k.startswith("doc_")} for n, e in r["eval"].items()}}
         for s, r in runs.items()} for arm, runs in results.items()}
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=float))
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=_json_default))
     (out / "report.md").write_text(render_markdown(report))
     say(render_markdown(report))
     return report
+
+
+def _json_default(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    return str(x)
+
+
+def _fmt(x: float | None, spec: str = "+.4f") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
 
 
 def render_markdown(report: dict) -> str:
@@ -182,16 +364,30 @@ def render_markdown(report: dict) -> str:
     lines = [
         f"# Anneal ablation: {report['name']}", "",
         f"From `{c['checkpoint']}` (step {report['start_step']}), LR {report['start_lr']:.2e} linearly to 0 over "
-        f"{c['tokens']:,} tokens per run; seeds {c['seeds']}; last {c['average_last']} checkpoints averaged.",
-        f"Candidate: `{', '.join(c['candidate'])}`. Control: `{', '.join(c['control'])}`.", "",
-        "Δ = control − candidate (positive: the candidate is better). Noise: paired bootstrap over held-out "
-        "documents (95 % CI) and the standard error across seeds; a verdict needs both.", "",
-        "| eval source | metric | candidate | control | Δ | bootstrap 95 % CI | seed SE | verdict |",
-        "|---|---|---|---|---|---|---|---|",
+        f"{c['tokens']:,} tokens per run; paired seeds {report['seeds']}; {report['averaging_text']}.",
+        f"Candidate: `{', '.join(c['candidate'])}`. Control: `{', '.join(c['control'])}`.",
+        f"Pairing: {report['pairing']}.", "",
+        "Effect = control − candidate (positive: the candidate is better), per seed on the same documents, then "
+        "averaged. 95 % interval: paired t over seeds widened by eval-document noise (cuvee/train/verdict.py); "
+        "MDE = smallest effect found with 80 % power at this many seeds and documents. "
+        + (f"Equivalence margin: ±{100 * c['equivalence_margin']:.2g} % of the control's metric."
+           if c.get("equivalence_margin") else "No equivalence margin: never \"no difference\"."), "",
+        "| eval source | metric | candidate | control | effect | 95 % CI | p | MDE | seeds cand. better | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, s in report["sources"].items():
-        lo, hi = s["bootstrap_ci95"]
-        lines.append(f"| {name} | {s['metric']} | {s['candidate']:.4f} | {s['control']:.4f} | "
-                     f"{s['delta_control_minus_candidate']:+.4f} | [{lo:+.4f}, {hi:+.4f}] | {s['seed_se']:.4f} | "
-                     f"{s['verdict']} |")
+        lo, hi = s["ci95"]
+        lines.append(f"| {name} | {s['metric']} | {s['candidate']:.4f} | {s['control']:.4f} | {s['effect']:+.4f} | "
+                     f"[{_fmt(lo)}, {_fmt(hi)}] | {_fmt(s['p_value'], '.2g')} | {_fmt(s['mde'], '.4f')} | "
+                     f"{s['seeds_candidate_better']}/{s['n_seeds']} | {s['verdict']} |")
+    lines += ["", "Why:"] + [f"- **{name}**: {s['verdict']} - {s['reason']}." for name, s in report["sources"].items()]
+    lines += ["", "| eval source | pool | exact duplicates removed | overlapping training data removed | scored |",
+              "|---|---|---|---|---|"]
+    for name, d in report["decontamination"].items():
+        lines.append(f"| {name} | {d['pool']} | {d['duplicates']} | "
+                     f"{d['overlap'] if d['overlap'] is not None else 'not checked'} | {d['scored']} |")
+    lines += ["", "Mix sources seen by each arm (token shares):", ""]
+    for arm, sh in report["shares"].items():
+        parts = ", ".join(f"{k} {100 * v:.1f} %" for k, v in sh["shares"].items()) or "unknown"
+        lines.append(f"- {arm}: {parts} ({sh['method']})")
     return "\n".join(lines) + "\n"
