@@ -8,6 +8,13 @@ separate obvious pages; pass ``math_model`` / ``code_model`` (fastText, trained 
 
 The stage writes ``math_score``, ``code_score`` and ``domain`` (``math`` / ``code`` / ``general``);
 route outputs with ``output.route_by: domain`` or keep a subset with ``keep``.
+
+With ``model`` (any Hugging Face sequence-classification model loadable by
+``AutoModelForSequenceClassification``, e.g. a 26-way web-domain classifier) ``domain`` is the model's
+arg-max label and ``domain_score`` its probability; ``label_thresholds`` send low-confidence documents to
+``default_label`` and ``keep`` names the model's labels (checked against config.id2label when the recipe
+is validated). NVIDIA's ``nvidia/domain-classifier`` is a custom PyTorchModelHubMixin class and cannot be
+loaded this way.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import re
 import numpy as np
 from datatrove.data import Document
 from datatrove.pipeline.filters.base_filter import BaseFilter
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from cuvee.pipeline.registry import BuildContext, StageParams, register_stage
 
@@ -99,15 +106,44 @@ class DomainTagger(BaseFilter):
 class DomainParams(StageParams):
     math_threshold: float = Field(0.5, ge=0, le=1)
     code_threshold: float = Field(0.5, ge=0, le=1)
-    keep: list[str] | None = Field(None, description="keep only these domains (math, code, general); default keep all")
+    keep: list[str] | None = Field(None, description="keep only these domains (math, code, general; or the model's labels); "
+                                                     "default keep all")
     math_model: str | None = Field(None, description="fastText model for math pages (replaces the rules)")
     code_model: str | None = Field(None, description="fastText model for code pages (replaces the rules)")
     positive_label: str = "hq"
+    model: str | None = Field(None, description="Hugging Face sequence-classification model (local folder or hub id): "
+                                                "domain = its arg-max label, domain_score = that label's probability")
+    label_thresholds: dict[str, float] | None = Field(None, description="model only: label -> minimum probability; "
+                                                                        "below it the domain is default_label")
+    default_label: str = Field("general", description="model only: domain given when label_thresholds is not met")
+    batch_size: int = Field(64, ge=1, description="model only: documents per inference batch")
+    device: str = "auto"
+
+    @model_validator(mode="after")
+    def _modes(self):
+        if self.model:
+            if self.math_model or self.code_model:
+                raise ValueError("give model or math_model/code_model, not both")
+            from cuvee.classifiers import hf_sequence as hf
+
+            named = [k for k in [*(self.label_thresholds or {}), *(self.keep or [])] if k != self.default_label]
+            hf.check_options(self.model, require_score=False, labels_needed=named, tagging=True)
+        else:
+            if self.label_thresholds:
+                raise ValueError("label_thresholds needs model (a Hugging Face sequence-classification model)")
+            if self.keep and not set(self.keep) <= {"math", "code", "general"}:
+                raise ValueError(f"keep must name math, code or general, got {self.keep}")
+        return self
 
 
 @register_stage("domain", DomainParams)
 def build_domain(p: DomainParams, ctx: BuildContext):
-    """Math / code page detection: writes math_score, code_score and domain (route with output.route_by: domain)."""
+    """Math / code page detection (rules or fastText), or any HF sequence-classification domain model's arg-max label."""
+    if p.model:
+        from cuvee.classifiers.hf_sequence import HFLabelTagger, HFSequenceScorer
+
+        scorer = HFSequenceScorer(p.model, batch_size=min(p.batch_size, 64), device=p.device)
+        return [HFLabelTagger(scorer, "domain", p.keep, p.label_thresholds, p.default_label, p.batch_size)]
     if p.keep and not set(p.keep) <= {"math", "code", "general"}:
         raise ValueError(f"domain: keep must name math, code or general, got {p.keep}")
     return [DomainTagger(p.math_threshold, p.code_threshold, p.keep, p.math_model, p.code_model, p.positive_label)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from cuvee.classifiers.scoring import build_score_stage
 from cuvee.pipeline.registry import BuildContext, StageParams, register_stage
@@ -39,9 +39,16 @@ class _ScoreParams(StageParams):
 
 class FastTextQualityParams(_ScoreParams):
     model: str = Field("demo", description="path to a fastText .bin/.ftz, or 'demo' for the shipped demo classifier")
-    positive_label: str = "hq"
+    positive_label: str = Field("hq", description="score = P(this label); bare ('hq', '1') or full ('__label__hq'); any "
+                                                  "label of the model (DCLM's fastText: hq vs cc; checked when the recipe is built)")
     name: str = Field("fasttext_quality", description="metadata key prefix: <name>_score")
     max_chars: int | None = Field(None, gt=0, description="score only the first N characters (speed on very long pages)")
+
+    @field_validator("positive_label", mode="before")
+    @classmethod
+    def _label_str(cls, v):
+        # YAML reads `positive_label: 1` as an int
+        return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
 
 
 @register_stage("fasttext_quality", FastTextQualityParams)
@@ -53,24 +60,66 @@ def build_fasttext_quality(p: FastTextQualityParams, ctx: BuildContext):
     if not Path(path).exists():
         raise FileNotFoundError(f"fasttext_quality: model {path} not found")
     scorer = FastTextScorer(path, p.positive_label, max_chars=p.max_chars)
+    scorer.labels()  # load now: a positive_label the model lacks fails at build time, listing the model's labels
     return build_score_stage(scorer, p.name, ctx, p.threshold, p.top_percent, p.batch_size)
 
 
 class TransformerQualityParams(_ScoreParams):
-    model: str = Field(description="folder with head.pt + head.json from `cuvee classify train --kind transformer`")
-    encoder: str | None = Field(None, description="override the encoder recorded in head.json (local path or hub id)")
-    positive_label: str = "hq"
+    model: str = Field(description="cuvee head folder (head.pt + head.json from `cuvee classify train --kind transformer`), "
+                                   "or a Hugging Face sequence-classification model: local folder or hub id "
+                                   "(e.g. HuggingFaceFW/fineweb-edu-classifier)")
+    encoder: str | None = Field(None, description="head folders only: override the encoder recorded in head.json")
+    positive_label: str | None = Field(None, description="classification: score = P(this label); default 'hq' for head "
+                                                         "folders; for HF models one of config.id2label")
+    label_to: str | None = Field(None, description="HF multi-class models: write the arg-max label name into this metadata key")
+    int_score: bool = Field(False, description="HF regression models: also write FineWeb-Edu's "
+                                               "int(round(clamp(score, 0, 5))) as <name>_int_score")
+    min_int_score: int | None = Field(None, description="keep documents with <name>_int_score >= N (FineWeb-Edu: 3); implies int_score")
     name: str = Field("transformer_quality", description="metadata key prefix: <name>_score")
     device: str = Field("auto", description="auto = cuda (bf16) when available, else cpu")
-    max_length: int | None = Field(None, gt=0, description="tokens per document; default from head.json")
+    max_length: int | None = Field(None, gt=0, description="tokens per document; default from head.json, or the HF "
+                                                           "tokenizer's model_max_length capped by the position embeddings")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads per worker (more CPU throughput: more "
+                                                        "executor workers with threads: 1)")
     batch_size: int = Field(64, ge=1)
+
+    @model_validator(mode="after")
+    def _hf_options(self):
+        from cuvee.classifiers import hf_sequence as hf
+
+        if self.min_int_score is not None and (self.threshold is not None or self.top_percent is not None):
+            raise ValueError("give min_int_score, threshold or top_percent, not several")
+        if hf.is_hf_sequence_model(self.model):
+            if self.encoder is not None:
+                raise ValueError("encoder applies to cuvee head folders, not to a Hugging Face sequence-classification model")
+            hf.check_options(self.model, self.positive_label, self.label_to, self.int_score or self.min_int_score is not None)
+        elif self.label_to or self.int_score or self.min_int_score is not None:
+            raise ValueError("label_to / int_score / min_int_score need a Hugging Face sequence-classification model")
+        return self
 
 
 @register_stage("transformer_quality", TransformerQualityParams)
 def build_transformer_quality(p: TransformerQualityParams, ctx: BuildContext):
-    """FineWeb-Edu style scorer: frozen encoder + trained head; score into metadata, threshold or top-p % filter."""
+    """Transformer scorer: any HF sequence-classification model (e.g. FineWeb-Edu's), or a frozen encoder + trained head."""
+    from cuvee.classifiers import hf_sequence as hf
+
+    if hf.is_hf_sequence_model(p.model):
+        use_int = p.int_score or p.min_int_score is not None
+        int_key = f"{p.name.removesuffix('_score')}_int_score"
+        scorer = hf.HFSequenceScorer(p.model, p.positive_label, label_to=p.label_to, int_score=use_int,
+                                     max_length=p.max_length, batch_size=min(p.batch_size, 64), device=p.device,
+                                     threads=p.threads, int_key=int_key)
+        built = hf.with_extras(build_score_stage(scorer, p.name, ctx, p.threshold, p.top_percent, p.batch_size))
+        if p.min_int_score is not None:
+            from cuvee.classifiers.scoring import ScoreThresholdFilter
+
+            built.append(ScoreThresholdFilter(int_key, threshold=p.min_int_score, reason=f"{p.name}_below_min_int_score"))
+        return built
+    if not (Path(p.model) / "head.json").exists():
+        raise FileNotFoundError(f"transformer_quality: {p.model} is neither a cuvee head folder (head.json) nor a Hugging Face "
+                                f"sequence-classification model (config.json with a *ForSequenceClassification architecture)")
     from cuvee.classifiers.transformer_model import TransformerScorer
 
-    scorer = TransformerScorer(p.model, p.positive_label, batch_size=min(p.batch_size, 64), device=p.device,
-                               encoder=p.encoder, max_length=p.max_length)
+    scorer = TransformerScorer(p.model, p.positive_label or "hq", batch_size=min(p.batch_size, 64), device=p.device,
+                               encoder=p.encoder, max_length=p.max_length, threads=p.threads)
     return build_score_stage(scorer, p.name, ctx, p.threshold, p.top_percent, p.batch_size)

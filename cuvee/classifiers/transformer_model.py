@@ -7,6 +7,11 @@ or a classification head (string labels; the score is P(positive label)).
 
 A trained model is a folder: ``head.pt`` (the head's weights) and ``head.json`` (encoder, task, labels,
 max_length), so the encoder itself is referenced, not copied.
+
+Published classifiers that are whole ``*ForSequenceClassification`` models (FineWeb-Edu's own
+``HuggingFaceFW/fineweb-edu-classifier``, HF text-classification models) are scored by
+:mod:`cuvee.classifiers.hf_sequence`; ``transformer_quality`` picks the right one from the folder
+(``head.json`` here, ``config.json`` with a ``*ForSequenceClassification`` architecture, or a hub id, there).
 """
 
 from __future__ import annotations
@@ -78,7 +83,7 @@ class TransformerScorer:
     """Scores texts with encoder + head: the regression value, or P(positive label) for classification."""
 
     def __init__(self, model_dir: str | Path, positive_label: str = POSITIVE, batch_size: int = 32, device: str = "auto",
-                 encoder: str | None = None, max_length: int | None = None):
+                 encoder: str | None = None, max_length: int | None = None, threads: int | None = None):
         self.model_dir = str(model_dir)
         cfg_path = Path(self.model_dir) / "head.json"
         if not cfg_path.exists():
@@ -88,7 +93,7 @@ class TransformerScorer:
         if self.cfg["task"] == "classification" and self.positive_label not in self.cfg["labels"]:
             raise ValueError(f"{self.model_dir}: label {self.positive_label!r} not in head labels {self.cfg['labels']}")
         self.encoder = Encoder(encoder or self.cfg["encoder"], max_length=max_length or self.cfg["max_length"],
-                               batch_size=batch_size, device=device)
+                               batch_size=batch_size, device=device, threads=threads)
         self._head = None
 
     def __getstate__(self):
