@@ -76,14 +76,38 @@ def train_fasttext(train: Examples, output: str | Path, cfg: FastTextConfig = Fa
     return model
 
 
+def full_label(label) -> str:
+    """``hq`` / ``__label__hq`` / ``1`` (an int from YAML) -> ``__label__hq`` / ``__label__1``."""
+    return "__label__" + str(label).strip().removeprefix("__label__")
+
+
+def check_positive_label(model, positive_label, where: str = "") -> str:
+    """The full label name, or a ValueError that lists the model's labels (DCLM's model: ``hq`` / ``cc``)."""
+    labels = list(model.get_labels())
+    for label in (str(positive_label).strip(), full_label(positive_label)):  # exact first: models with a custom label prefix
+        if label in labels:
+            return label
+    bare = ", ".join(lab.removeprefix("__label__") for lab in labels)
+    raise ValueError(f"{where or 'fastText model'}: positive_label {str(positive_label)!r} is not a label of this model; "
+                     f"its labels are: {bare} (give one of them as positive_label, with or without '__label__')")
+
+
 class FastTextScorer:
-    """Probability of ``positive_label`` for each text; the model loads lazily on first use (per worker)."""
+    """Probability of ``positive_label`` for each text; the model loads lazily on first use (per worker).
+
+    Works with any label scheme (``hq``/``lq``, DCLM's ``hq``/``cc``, ``1``/``0``, multi-class): every label's
+    probability is requested (k = -1), so P(positive) is right even when the positive label is not the top
+    one; if fastText still leaves it out (hierarchical softmax prunes labels below ~1e-5), a 2-label model
+    scores ``1 - P(other label)`` and a multi-class model 0.
+    """
 
     def __init__(self, model_path: str | Path, positive_label: str = POSITIVE, max_chars: int | None = None):
         self.model_path = str(model_path)
-        self.positive_label = "__label__" + positive_label.removeprefix("__label__")
+        self.requested_label = str(positive_label)  # as the recipe gave it, for error messages
+        self.positive_label = full_label(positive_label)
         self.max_chars = max_chars
         self._model = None
+        self._other = None  # the other label of a 2-label model
 
     def __getstate__(self):
         return {**self.__dict__, "_model": None}
@@ -95,10 +119,16 @@ class FastTextScorer:
 
             if not os.path.exists(self.model_path):
                 raise FileNotFoundError(f"fastText model not found: {self.model_path}")
-            self._model = fasttext.load_model(self.model_path)
-            if self.positive_label not in self._model.labels:
-                raise ValueError(f"{self.model_path}: label {self.positive_label!r} not in model labels {self._model.labels}")
+            model = fasttext.load_model(self.model_path)
+            self.positive_label = check_positive_label(model, self.requested_label, self.model_path)
+            labels = list(model.get_labels())
+            self._other = next(lab for lab in labels if lab != self.positive_label) if len(labels) == 2 else None
+            self._model = model
         return self._model
+
+    def labels(self) -> list[str]:
+        """The model's labels (loads the model; raises if ``positive_label`` is not one of them)."""
+        return list(self.model.get_labels())
 
     def score_batch(self, texts: list[str]) -> np.ndarray:
         model = self.model
@@ -106,11 +136,18 @@ class FastTextScorer:
         lines = [normalize(t, self.max_chars) + "\n" for t in texts]
         labels, probs = model.f.multilinePredict(lines, -1, 0.0, "strict")
         out = np.zeros(len(lines), dtype=np.float64)
+        pos, other = self.positive_label, self._other
         for i, (labs, ps) in enumerate(zip(labels, probs)):
+            p_other = None
             for lab, p in zip(labs, ps):
-                if lab == self.positive_label:
+                if lab == pos:
                     out[i] = min(float(p), 1.0)
                     break
+                if lab == other:
+                    p_other = float(p)
+            else:  # positive label not returned
+                if p_other is not None:
+                    out[i] = min(max(1.0 - p_other, 0.0), 1.0)
         return out
 
 
@@ -118,5 +155,5 @@ def evaluate_fasttext(model_path: str | Path, valid: Examples, positive_label: s
     """Precision / recall / F1 at ``threshold`` and ROC-AUC of P(positive) on held-out examples."""
     scorer = FastTextScorer(model_path, positive_label)
     scores = scorer.score_batch(valid.texts) if len(valid) else np.zeros(0)
-    labels = np.array([lab == positive_label.removeprefix("__label__") for lab in valid.labels])
+    labels = np.array([str(lab) == full_label(positive_label).removeprefix("__label__") for lab in valid.labels])
     return binary_metrics(labels, scores, threshold)
