@@ -83,23 +83,24 @@ def test_mix_order_with_several_seeds_is_refused():
         AnnealConfig(checkpoint="x.pt", candidate=["a"], control=["b"], tokens=1, eval={"a": "a"}, order="mix")
 
 
-def test_decontamination_removes_overlapping_eval_documents(base_run, monkeypatch):
-    import cuvee.train.anneal as anneal
-
+def test_decontamination_removes_overlapping_eval_documents(base_run):
+    """The real overlap check (cuvee.train.decontam) runs before any training: planted exact and near copies
+    of the candidate's training documents leave the eval set and are counted in the report."""
     root, checkpoint = base_run
-    calls = []
-
-    def fake_decontaminate(eval_sets, train_sources, max_docs=None, threshold=0.8):
-        calls.append((sorted(eval_sets), list(train_sources), max_docs, threshold))
-        return {"clean": [i for i in range(max_docs) if i not in (3, 5)]}, {"clean": {"exact": 1, "near": 1}}
-
-    monkeypatch.setattr(anneal, "_decontam", lambda: fake_decontaminate)
+    held = open_shards(str(root / "held0"))
+    cand = open_shards(str(root / "cand"))
+    clean = [np.asarray(held.document(i)) for i in range(held.num_documents)]
+    longest = max(range(2, cand.num_documents), key=lambda i: len(cand.document(i)))  # not one planted exactly
+    near = np.asarray(cand.document(longest)).copy()
+    near[len(near) // 2] = (int(near[len(near) // 2]) + 1) % 256  # one byte changed: Jaccard ~0.97
+    planted = [np.asarray(cand.document(0)), np.asarray(cand.document(1)), near]
+    write_shards(root / "leaky", "leaky", clean + planted, sources=[{"name": "clean", "weight": 1.0}])
     ac = AnnealConfig(name="t3", checkpoint=checkpoint, candidate=[str(root / "cand")], control=[str(root / "ctrl")],
-                      tokens=64 * 4 * 2, eval={"clean": str(root / "held")}, eval_docs=24, seeds=[0, 1],
+                      tokens=64 * 4 * 2, eval={"clean": str(root / "leaky")}, eval_docs=len(clean) + 3, seeds=[0, 1],
                       average_last=1, lr=3e-3, out_dir=str(root / "anneal_decontam"), threads=1)
     report = run_anneal(ac, quiet=True)
     d = report["decontamination"]["clean"]
-    assert calls == [(["clean"], [str(root / "cand"), str(root / "ctrl")], 24, 0.8)]
-    assert (d["duplicates"], d["overlap"], d["scored"]) == (2, 2, 20) and d["details"] == {"exact": 1, "near": 1}
-    assert report["sources"]["clean"]["documents"] == 20
-    assert "| clean | 24 | 2 | 2 | 20 |" in (root / "anneal_decontam/report.md").read_text()
+    assert (d["pool"], d["overlap"], d["scored"]) == (len(clean) + 3, 3, len(clean))
+    assert d["details"]["exact_overlap"] == 2 and d["details"]["near_overlap"] == 1
+    assert sorted(r["index"] for r in d["details"]["removed"]) == [len(clean), len(clean) + 1, len(clean) + 2]
+    assert report["sources"]["clean"]["documents"] == len(clean)

@@ -224,10 +224,12 @@ def _clean_eval_sets(ac: AnnealConfig, eval_sets: dict, say) -> tuple[dict[str, 
             info[name]["method"] = (f"exact duplicates within the set removed; documents overlapping either arm's "
                                     f"training sources removed (cuvee.train.decontam, exact + near-duplicate, "
                                     f"threshold {ac.decontam_threshold})")
-            info[name]["details"] = (details.get(name) if isinstance(details, dict) and name in details else None)
-        if isinstance(details, dict) and not any(isinstance(details.get(n), dict) for n in eval_sets):
-            for name in eval_sets:
-                info[name]["details"] = details
+            per_set = {k: v for k, v in details["eval_sets"][name].items() if k != "removed"}
+            per_set["removed"] = details["eval_sets"][name].get("removed", [])[:50]  # the first 50, for reading
+            info[name]["details"] = per_set
+        for name in eval_sets:
+            info[name]["train_sources"] = details.get("train_sources")
+            info[name]["parameters"] = details.get("parameters")
     for name in eval_sets:
         info[name]["scored"] = int(len(keep[name]))
         if not len(keep[name]):
