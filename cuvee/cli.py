@@ -16,6 +16,8 @@ LAZY_COMMANDS = {
     "classify": ("cuvee.classifiers.cli:classify", "Train, evaluate and apply quality / topic classifiers."),
     "train": ("cuvee.train.cli:train", "Train a small Llama-style model on mixer shards."),
     "anneal": ("cuvee.train.cli:anneal", "Annealing ablation: candidate vs control mix from a checkpoint."),
+    "eval-downstream": ("cuvee.train.cli:eval_downstream",
+                        "Multiple-choice accuracy of an exported HF model via lm-evaluation-harness, offline."),
     "dedup": ("cuvee.dedup.cli:dedup_cli", "Run one dedup stage on files; S-curve of MinHash settings."),
     "card": ("cuvee.card.cli:card", "Write a Hugging Face dataset card (Markdown + HTML + plots) for a run."),
 }

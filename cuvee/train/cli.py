@@ -95,3 +95,22 @@ def anneal(config, checkpoint, candidate, control, tokens, evals, seeds, average
         report = run_anneal(AnnealConfig(**raw), fresh=no_resume)
     click.echo(f"report: {AnnealConfig(**raw).resolved_out_dir() / 'report.md'}")
     return report
+
+
+@click.command("eval-downstream")
+@click.argument("model_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--task", "tasks", multiple=True, required=True,
+              help="shipped task name (e.g. cuvee_wcxb_cloze, hellaswag_local) or a task YAML path (repeatable)")
+@click.option("--limit", type=int, default=None, help="evaluate only the first N items of each task")
+@click.option("--batch-size", default="8", help="lm-eval batch size (an int, or 'auto')")
+@click.option("--device", default="cpu")
+def eval_downstream(model_dir, tasks, limit, batch_size, device):
+    """Multiple-choice accuracy (acc, acc_norm +- stderr) of an exported HF model via lm-eval, offline."""
+    from cuvee.train.lm_eval_backend import EvalTaskError, evaluate_hf
+
+    try:
+        res = evaluate_hf(model_dir, list(tasks), limit=limit, device=device,
+                          batch_size=int(batch_size) if batch_size.isdigit() else batch_size)
+    except EvalTaskError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(json.dumps(res, indent=2))

@@ -1,0 +1,286 @@
+"""Downstream multiple-choice evaluation of an exported model through lm-evaluation-harness, offline.
+
+``evaluate_hf(model_dir, tasks, limit, batch_size, device)`` runs lm-eval's ``hf`` backend on a folder written
+by :mod:`cuvee.train.hf_export` (``LlamaForCausalLM`` + tokenizer) and returns
+``{task: {"acc": .., "acc_stderr": .., "acc_norm": .., "acc_norm_stderr": .., "samples": n, ...}}``.
+
+Nothing is downloaded: ``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE`` are set for the run, the model and the
+tokenizer come from ``model_dir``, and every task comes from a local task YAML whose data is a local
+``json``/``jsonl`` file (``dataset_path: json`` + ``dataset_kwargs: {data_files: ...}``). lm-eval hands
+``data_files`` to ``datasets.load_dataset`` unchanged, i.e. relative to the *current directory*; here it is
+resolved at run time against the task YAML's own folder (after expanding ``~`` and ``$VARS``), checked to
+exist, and the resolved config is handed to lm-eval (``TaskManager(include_defaults=False)``), so a task
+folder can be moved or installed as package data. A missing data file is a one-line :class:`EvalTaskError`.
+
+Shipped tasks (``cuvee/assets/eval_tasks/``, pass their names):
+
+* ``cuvee_wcxb_cloze``: 4-way next-sentence cloze built from the held-out WCXB pages in ``data/curated``
+  (:func:`build_cloze_items`; CC-BY-4.0, see ``data/curated/SOURCE.txt``);
+* ``fineweb_early_signal/*.yaml``: templates for FineWeb's early-signal tasks (hellaswag, arc_easy,
+  arc_challenge, piqa, siqa, openbookqa, winogrande, commonsense_qa) reading local copies of those datasets
+  from ``$CUVEE_EVAL_DATA`` (docs/DOWNSTREAM_EVAL.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+TASKS_DIR = Path(__file__).resolve().parents[1] / "assets" / "eval_tasks"
+CLOZE_TASK = "cuvee_wcxb_cloze"
+CLOZE_DATA = TASKS_DIR / "cuvee_wcxb_cloze.jsonl"
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               "HF_HUB_DISABLE_TELEMETRY": "1"}
+
+
+class EvalTaskError(ValueError):
+    """A task the user named cannot be run (unknown name, missing local data file, bad YAML)."""
+
+
+# --------------------------------------------------------------------------------------------- tasks
+
+def shipped_tasks() -> dict[str, Path]:
+    """Task name -> YAML path for every task file under cuvee/assets/eval_tasks (templates included)."""
+    out = {}
+    for path in sorted(TASKS_DIR.rglob("*.yaml")):
+        out[path.stem] = path
+    return out
+
+
+def _task_path(spec: str) -> Path:
+    p = Path(spec).expanduser()
+    if p.suffix in (".yaml", ".yml"):
+        if not p.is_file():
+            raise EvalTaskError(f"task file {spec} not found")
+        return p.resolve()
+    known = shipped_tasks()
+    if spec not in known:
+        raise EvalTaskError(f"unknown task {spec!r}: not a task YAML path nor a shipped task "
+                            f"({', '.join(sorted(known))})")
+    return known[spec]
+
+
+def _resolve_file(value: str, base: Path, task: str, yaml_path: Path) -> str:
+    expanded = os.path.expandvars(os.path.expanduser(str(value)))
+    if "$" in expanded:
+        var = re.search(r"\$\{?(\w+)", expanded).group(1)
+        raise EvalTaskError(f"task {task} ({yaml_path}): data file {value!r} needs ${var}, which is not set")
+    p = Path(expanded)
+    p = p if p.is_absolute() else base / p
+    if not p.is_file():
+        raise EvalTaskError(f"task {task} ({yaml_path}): local data file {p} not found")
+    return str(p.resolve())
+
+
+def _require_lm_eval():
+    try:
+        import lm_eval  # noqa: F401
+        from lm_eval.tasks._yaml_loader import load_yaml
+    except ImportError as e:
+        raise EvalTaskError(f"lm-evaluation-harness is not usable ({e}): pip install 'cuvee[eval]' "
+                            "(lm-eval[hf] 0.4.13+)") from None
+    return load_yaml
+
+
+def load_task_config(spec: str) -> dict[str, Any]:
+    """The task YAML as a dict (``include:`` and ``!function`` resolved by lm-eval's loader), its local
+    ``data_files`` made absolute and checked. Only local ``json``/``jsonl``/``csv``/``parquet`` data."""
+    load_yaml = _require_lm_eval()
+
+    path = _task_path(spec)
+    try:
+        cfg = load_yaml(path, resolve_func=True, recursive=True)
+    except Exception as e:  # noqa: BLE001 - YAML/!function problems: one line for the user
+        raise EvalTaskError(f"task file {path}: {type(e).__name__}: {' '.join(str(e).split())}") from None
+    task = cfg.get("task") or path.stem
+    if cfg.get("dataset_path") not in ("json", "csv", "parquet", "text"):
+        raise EvalTaskError(f"task {task} ({path}): dataset_path must be a local format (json, csv, parquet), "
+                            f"got {cfg.get('dataset_path')!r} - offline evaluation reads only local files")
+    kwargs = dict(cfg.get("dataset_kwargs") or {})
+    files = kwargs.get("data_files")
+    if not files:
+        raise EvalTaskError(f"task {task} ({path}): dataset_kwargs.data_files is required (local data file)")
+    if isinstance(files, dict):
+        files = {split: ([_resolve_file(f, path.parent, task, path) for f in v] if isinstance(v, list)
+                         else _resolve_file(v, path.parent, task, path)) for split, v in files.items()}
+    elif isinstance(files, list):
+        files = [_resolve_file(f, path.parent, task, path) for f in files]
+    else:
+        files = _resolve_file(files, path.parent, task, path)
+    kwargs["data_files"] = files
+    cfg["dataset_kwargs"] = kwargs
+    cfg["task"] = task
+    return cfg
+
+
+@contextmanager
+def offline_env():
+    saved = {k: os.environ.get(k) for k in OFFLINE_ENV}
+    os.environ.update(OFFLINE_ENV)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextmanager
+def _keep_rng_state():
+    """simple_evaluate seeds python / numpy / torch globally; a caller (e.g. an anneal run) keeps its streams."""
+    import numpy as np
+    import torch
+
+    saved = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    try:
+        yield
+    finally:
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+        torch.set_rng_state(saved[2])
+
+
+@contextmanager
+def _quiet_loggers(quiet: bool):
+    import logging
+
+    loggers = [logging.getLogger(n) for n in ("lm_eval", "transformers", "datasets", "accelerate")] if quiet else []
+    saved = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, saved):
+            lg.setLevel(level)
+
+
+# ------------------------------------------------------------------------------------------- evaluate
+
+def evaluate_hf(model_dir: str | Path, tasks: list[str], limit: int | None = None, batch_size: int | str = 8,
+                device: str = "cpu", dtype: str = "float32", num_fewshot: int | None = None,
+                bootstrap_iters: int = 1000, max_length: int | None = None,
+                quiet: bool = True) -> dict[str, dict[str, Any]]:
+    """Evaluate the HF model folder on ``tasks`` (shipped task names or task YAML paths), offline.
+
+    Returns ``{task: {metric: value, f"{metric}_stderr": se, ..., "samples": n, "seconds": s,
+    "items_per_s": r}}`` with ``acc`` / ``acc_norm`` for multiple-choice tasks. ``limit`` caps the items
+    per task (first ``limit`` items). Stderr of ``acc``/``acc_norm`` is lm-eval's closed-form standard error of
+    the mean (sample std / sqrt(n)); ``bootstrap_iters`` only matters for non-mean metrics (0 disables stderr).
+    ``quiet`` keeps lm-eval's and transformers' loggers at ERROR (e.g. the per-request truncation warnings). ``max_length`` (default: the
+    model's ``max_position_embeddings``) is the window lm-eval scores in: contexts are cut from the left to
+    fit, but each answer must fit whole (lm-eval asserts it), so short-window models need short answers.
+    """
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.json").is_file():
+        raise EvalTaskError(f"{model_dir}: no config.json - not a Hugging Face model folder "
+                            "(export one with `cuvee train ... --export-hf DIR`)")
+    if not ((model_dir / "tokenizer.json").is_file() or (model_dir / "tokenizer_config.json").is_file()):
+        raise EvalTaskError(f"{model_dir}: no tokenizer files - lm-eval needs the tokenizer next to the model")
+    configs = [load_task_config(t) for t in tasks]
+    with offline_env(), _quiet_loggers(quiet), _keep_rng_state():
+        import lm_eval
+        from lm_eval.tasks import TaskManager
+
+        t0 = time.perf_counter()
+        out = lm_eval.simple_evaluate(
+            model="hf",
+            model_args={"pretrained": str(model_dir), "tokenizer": str(model_dir), "dtype": dtype,
+                        "trust_remote_code": False, **({"max_length": max_length} if max_length else {})},
+            tasks=configs, num_fewshot=num_fewshot, batch_size=batch_size, device=device, limit=limit,
+            task_manager=TaskManager(include_defaults=False), bootstrap_iters=bootstrap_iters,
+            log_samples=False, cache_requests=False, verbosity="WARNING",
+        )
+        seconds = time.perf_counter() - t0
+    return _summarise(out, seconds)
+
+
+def _summarise(out: dict, seconds: float) -> dict[str, dict[str, Any]]:
+    results, n_samples = out["results"], out.get("n-samples", {})
+    total = sum(int(v.get("effective", 0)) for v in n_samples.values()) or None
+    summary = {}
+    for task, metrics in results.items():
+        row: dict[str, Any] = {}
+        for key, value in metrics.items():
+            if key == "alias" or "," not in key:
+                continue
+            metric, _filter = key.split(",", 1)
+            row[metric] = None if value == "N/A" else value
+        n = int(n_samples.get(task, {}).get("effective", 0))
+        row["samples"] = n
+        # one shared wall clock: attribute it to tasks by item count
+        row["seconds"] = seconds * n / total if total else seconds
+        row["items_per_s"] = n / row["seconds"] if row["seconds"] else None
+        summary[task] = row
+    return summary
+
+
+# ------------------------------------------------------------------------------------ cloze builder
+
+_SENT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+
+
+def _sentences(text: str) -> list[str]:
+    out = []
+    for para in text.split("\n"):
+        out.extend(s.strip() for s in _SENT.split(para) if s.strip())
+    return out
+
+
+def build_cloze_items(rows: list[dict] | None = None, per_doc: int = 3, max_items: int = 400, seed: int = 0,
+                      context_chars: int = 400) -> list[dict]:
+    """4-way "which sentence comes next" items from held-out WCXB pages (never in the demo's training split).
+
+    For a page, an item takes a sentence (40-120 chars, so that with a byte-level tokenizer it fits a 128-token window) that follows at least two sentences of the same
+    page; the context is the preceding text (last ``context_chars`` characters, cut at a word); the three
+    distractors are sentences of *other* held-out pages with a similar length (0.7-1.4x), so length alone
+    does not give the answer away. Deterministic for a seed.
+    """
+    from cuvee.train.demo_data import load_wcxb, split_heldout
+
+    if rows is None:
+        rows = split_heldout(load_wcxb())[1]
+    rows = sorted(rows, key=lambda r: r.get("file_id") or r.get("url") or "")
+    rng = random.Random(seed)
+    doc_sents = [(r, _sentences(r.get("main_content") or "")) for r in rows]
+    pool = [(i, s) for i, (_, sents) in enumerate(doc_sents) for s in sents if 40 <= len(s) <= 120]
+    items = []
+    for d, (row, sents) in enumerate(doc_sents):
+        cands = [k for k in range(2, len(sents)) if 40 <= len(sents[k]) <= 120]
+        for k in sorted(rng.sample(cands, min(per_doc, len(cands)))):
+            true = sents[k]
+            others = [s for i, s in pool if i != d and 0.7 <= len(s) / len(true) <= 1.4 and s != true]
+            if len(others) < 3:
+                continue
+            context = " ".join(sents[:k])
+            if len(context) > context_chars:
+                context = context[-context_chars:]
+                context = context[context.find(" ") + 1:] if " " in context else context
+            choices = rng.sample(others, 3)
+            label = rng.randrange(4)
+            choices.insert(label, true)
+            items.append({"id": f"{row.get('file_id')}-{k}", "context": context, "choices": choices,
+                          "label": label, "url": row.get("url"), "page_type": row.get("page_type")})
+    rng.shuffle(items)
+    return items[:max_items]
+
+
+def write_cloze_task(path: str | Path = CLOZE_DATA, **kw) -> dict:
+    """Write the cloze jsonl (the shipped one is this with defaults); returns {items, sha256}."""
+    items = build_cloze_items(**kw)
+    text = "".join(json.dumps(it, ensure_ascii=False) + "\n" for it in items)
+    Path(path).write_text(text, encoding="utf-8")
+    return {"items": len(items), "sha256": hashlib.sha256(text.encode()).hexdigest(), "path": str(path)}
+
+
+if __name__ == "__main__":  # python -m cuvee.train.lm_eval_backend  -> rebuild the shipped cloze data
+    print(json.dumps(write_cloze_task()))
