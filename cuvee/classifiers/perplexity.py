@@ -42,7 +42,7 @@ from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
 from pydantic import Field, model_validator
 
-from cuvee.classifiers.scoring import score_key
+from cuvee.classifiers.scoring import CorpusPhaseStep, score_key
 from cuvee.pipeline.registry import Barrier, BuildContext, Phase, StageParams, register_stage
 
 IGNORE_INDEX = -100
@@ -383,7 +383,7 @@ class PerplexityAnnotator(PipelineStep):
             tmp.rename(out / f"{rank:05d}.npz")
 
 
-class PercentileBuckets(PipelineStep):
+class PercentileBuckets(CorpusPhaseStep):
     """Phase step: merge every rank's scores and write the corpus-wide (per-group) bucket cutoffs."""
 
     name = "📊 perplexity buckets"
@@ -414,13 +414,6 @@ class PercentileBuckets(PipelineStep):
         tmp.write_text(json.dumps(info, indent=2))
         tmp.replace(self.cutoffs_path)
         return info
-
-    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        if data:
-            yield from data
-        if rank == 0:
-            info = self.compute()
-            self.stat_update("documents", value=info["documents"])
 
 
 class PerplexityFilter(BaseFilter):

@@ -95,7 +95,21 @@ def corpus_cutoff(scores: np.ndarray, top_percent: float) -> float:
     return float(np.quantile(scores.astype(np.float64), 1.0 - top_percent / 100.0, method="higher"))
 
 
-class PercentileCutoff(PipelineStep):
+class CorpusPhaseStep(PipelineStep):
+    """A whole-corpus phase: rank 0 runs ``compute()`` over every rank's saved scores once, and counts them."""
+
+    def compute(self) -> dict:
+        raise NotImplementedError
+
+    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        if data:
+            yield from data
+        if rank == 0:
+            info = self.compute()
+            self.stat_update("documents", value=info["documents"])
+
+
+class PercentileCutoff(CorpusPhaseStep):
     """Phase step: merge every rank's scores and write ``{"cutoff": ...}`` for the filter after the barrier.
 
     Scores are kept exactly (4 bytes per document), so the cutoff is the true corpus quantile.
@@ -127,13 +141,6 @@ class PercentileCutoff(PipelineStep):
         Path(self.cutoff_path).parent.mkdir(parents=True, exist_ok=True)
         Path(self.cutoff_path).write_text(json.dumps(info))
         return info
-
-    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        if data:
-            yield from data
-        if rank == 0:
-            info = self.compute()
-            self.stat_update("documents", value=info["documents"])
 
 
 class ScoreThresholdFilter(BaseFilter):

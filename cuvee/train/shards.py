@@ -82,6 +82,15 @@ class ShardSet:
 UNKNOWN_SOURCE = "(unknown)"
 
 
+def _folder_manifest(folder: Path) -> dict:
+    """The mixer manifest of a shard folder, or {} when it has none (or an unreadable one)."""
+    mf = folder / "manifest.json"
+    try:
+        return json.loads(mf.read_text()) if mf.exists() else {}
+    except (OSError, ValueError):
+        return {}
+
+
 def _source_table(datasets: list[IndexedDataset]):
     """(names, [(per-document local source ids, local -> global name index) per dataset]).
 
@@ -99,11 +108,7 @@ def _source_table(datasets: list[IndexedDataset]):
         prefix = Path(ds.prefix)
         parent = prefix.parent.resolve()
         if parent not in manifests:
-            mf = parent / "manifest.json"
-            try:
-                manifests[parent] = json.loads(mf.read_text()) if mf.exists() else {}
-            except (OSError, ValueError):
-                manifests[parent] = {}
+            manifests[parent] = _folder_manifest(parent)
             replayed[parent] = _replay_sources(parent, manifests[parent])
         local_names = [str(s.get("name")) for s in manifests[parent].get("sources") or []]
         local = (replayed[parent] or {}).get(prefix.name)
@@ -232,11 +237,7 @@ def data_identity(shards: ShardSet) -> dict:
         prefix = Path(ds.prefix)
         parent = prefix.parent.resolve()
         if parent not in manifests:
-            mf = parent / "manifest.json"
-            try:
-                manifests[parent] = json.loads(mf.read_text()) if mf.exists() else {}
-            except (OSError, ValueError):
-                manifests[parent] = {}
+            manifests[parent] = _folder_manifest(parent)
         listed = manifests[parent].get("shards") or []
         entry = next((s for s in listed if Path(s.get("prefix", "")).name == prefix.name), {})
         rec = {"shard": prefix.name, "documents": len(ds), "bin_bytes": Path(f"{prefix}.bin").stat().st_size}
