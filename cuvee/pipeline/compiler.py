@@ -16,7 +16,7 @@ from pathlib import Path
 from datatrove.pipeline.base import PipelineStep
 
 from cuvee.pipeline.readers import split_input_path
-from cuvee.pipeline.recipe import Recipe
+from cuvee.pipeline.recipe import Recipe, RecipeError
 from cuvee.pipeline.registry import Barrier, BuildContext, get_stage
 from cuvee.pipeline.writers import exclusion_writer, route_folder, intermediate_reader, intermediate_writer, output_writer
 
@@ -47,7 +47,7 @@ def check_inputs(recipe: Recipe) -> None:
     from cuvee.pipeline.recipe import RecipeError
 
     fmt = recipe.input.format
-    for p in recipe.input.paths:
+    for p in recipe.input.paths or ():  # a common_crawl input is checked when its listing is read (plan)
         if "://" in p:
             continue
         if any(ch in p for ch in "*?["):
@@ -103,6 +103,18 @@ def check_inputs(recipe: Recipe) -> None:
 
 def _reader_steps(recipe: Recipe) -> list:
     inp = recipe.input
+    if inp.common_crawl is not None:
+        from cuvee.pipeline.crawl import ListingError, expand
+        from cuvee.pipeline.plan import input_retry_policy
+        from cuvee.pipeline.readers import UrlListReader
+
+        try:
+            sample = expand(inp.common_crawl, input_retry_policy(recipe))
+        except ListingError as e:
+            raise RecipeError(f"input.{e}") from None
+        return [UrlListReader(list(sample.urls), fmt=inp.reader_format(), storage_options=inp.common_crawl.storage_options,
+                              limit=inp.limit, max_record_bytes=inp.max_record_bytes, retries=inp.retries,
+                              backoff_s=inp.backoff_s)]
     if inp.format in ("jsonl", "parquet"):
         from cuvee.pipeline.readers import PlannedJsonlReader, PlannedParquetReader
 
@@ -116,7 +128,8 @@ def _reader_steps(recipe: Recipe) -> list:
     from cuvee.pipeline.readers import make_reader
 
     return [
-        make_reader(*split_input_path(p), fmt=inp.format, limit=inp.limit, max_record_bytes=inp.max_record_bytes)
+        make_reader(*split_input_path(p), fmt=inp.format, limit=inp.limit, max_record_bytes=inp.max_record_bytes,
+                    retries=inp.retries, backoff_s=inp.backoff_s)
         for p in inp.paths
     ]
 

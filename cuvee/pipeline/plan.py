@@ -31,9 +31,24 @@ def _file_size(path: str) -> int | None:
 
 
 def input_files(recipe: Recipe) -> list[dict[str, Any]]:
-    """Per recipe input path: the files its reader will shard, in reader order, with sizes."""
+    """Per recipe input path: the files its reader will shard, in reader order, with sizes.
+
+    A ``common_crawl`` input is one entry: the sampled URLs (sizes not fetched: Common Crawl objects are
+    immutable and a HEAD per file would cost more than it proves), with the listing and its hash.
+    """
     from cuvee.pipeline.readers import plan_input_files
 
+    cc = recipe.input.common_crawl
+    if cc is not None:
+        from cuvee.pipeline.crawl import ListingError, expand
+
+        try:
+            sample = expand(cc, input_retry_policy(recipe))
+        except ListingError as e:
+            raise RecipeError(f"input.{e}") from None
+        return [{"path": f"common_crawl:{cc.snapshot}/{cc.kind}", "listing": sample.listing,
+                 "listing_sha256": sample.listing_sha256, "listing_files": sample.total,
+                 "files": [[u, None] for u in sample.urls]}]
     out = []
     for p in recipe.input.paths:
         try:
@@ -44,10 +59,17 @@ def input_files(recipe: Recipe) -> list[dict[str, Any]]:
     return out
 
 
+def input_retry_policy(recipe: Recipe):
+    from cuvee.pipeline.remote import RetryPolicy
+
+    return RetryPolicy(recipe.input.retries, recipe.input.backoff_s)
+
+
 def binding_recipe(recipe: Recipe) -> dict[str, Any]:
     """The resolved recipe as it decides output: speed-only executor settings removed."""
     d = recipe.to_dict()
     d["executor"] = {k: v for k, v in d["executor"].items() if k not in _SPEED_ONLY}
+    d["input"] = {k: v for k, v in d["input"].items() if k not in ("retries", "backoff_s")}
     return d
 
 

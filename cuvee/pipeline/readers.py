@@ -248,6 +248,8 @@ class CommonCrawlReader(BaseDiskReader):
         max_record_bytes: int = 10_000_000,
         recursive: bool = True,
         default_metadata: dict | None = None,
+        retries: int = 5,
+        backoff_s: float = 1.0,
     ):
         if fmt not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
@@ -257,6 +259,7 @@ class CommonCrawlReader(BaseDiskReader):
         )
         self.fmt = fmt
         self.max_record_bytes = max_record_bytes
+        self.retries, self.backoff_s = retries, backoff_s
         self._file_failed = False
 
     # --- file listing / sharding (one helper shared with the run's plan check, so they never disagree)
@@ -311,8 +314,24 @@ class CommonCrawlReader(BaseDiskReader):
             self.stat_update("files_limited" if limited else "files_failed" if self._file_failed else "files_read")
 
     # --- per-file reading
+    def _open(self, filepath: str):
+        """The raw file; remote files through :class:`~cuvee.pipeline.remote.RetryingFile` (reopen at the
+        byte reached after a cut connection or a 5xx, counted as ``read_retries``)."""
+        from fsspec.implementations.local import LocalFileSystem
+
+        from cuvee.pipeline.remote import RetryingFile, RetryPolicy
+
+        if isinstance(self.data_folder.fs, LocalFileSystem):
+            return self.data_folder.open(filepath, "rb", compression=None)
+        return RetryingFile(lambda: self.data_folder.open(filepath, "rb", compression=None),
+                            RetryPolicy(self.retries, self.backoff_s), self._count_retry, name=filepath)
+
+    def _count_retry(self, exc: BaseException) -> None:
+        self.stat_update("read_retries")
+        logger.warning(f"remote read failed ({type(exc).__name__}: {' '.join(str(exc).split())[:160]}); retrying")
+
     def read_file(self, filepath: str) -> Iterator[Document]:
-        with self.data_folder.open(filepath, "rb", compression=None) as raw:
+        with self._open(filepath) as raw:
             head = raw.read(2)
             raw.seek(0)
             gz = head == b"\x1f\x8b"
@@ -940,6 +959,33 @@ class PlannedParquetReader(_PlannedReaderMixin, ParquetReader):
     """``ParquetReader`` counting ``files_read`` / ``files_failed`` / ``files_limited``; lists like :func:`plan_input_files`."""
 
 
+class UrlListReader(CommonCrawlReader):
+    """Reads an explicit list of archive URLs (a Common Crawl snapshot sample): rank r of W reads
+    ``urls[r::W]``, as the run's plan records. Each URL is opened through fsspec (``storage_options``, e.g. an
+    S3 endpoint) with the retry policy of :meth:`CommonCrawlReader._open`."""
+
+    name = "🕷 CommonCrawl snapshot sample"
+
+    def __init__(self, urls: list[str], fmt: str = "auto", storage_options: dict | None = None, **kwargs):
+        # the data folder is never listed (the URLs are given); "/" keeps datatrove's base class content
+        super().__init__("/", fmt=fmt, **kwargs)
+        self.urls = list(urls)
+        self.storage_options = dict(storage_options or {})
+
+    def _shard(self, rank: int, world_size: int) -> list[str]:
+        return self.urls[rank::world_size]
+
+    def _open(self, filepath: str):
+        import fsspec
+
+        from cuvee.pipeline.remote import RetryingFile, RetryPolicy
+
+        opts = self.storage_options if "://" in filepath else {}
+        fs, path = fsspec.core.url_to_fs(filepath, **opts)
+        return RetryingFile(lambda: fs.open(path, "rb"), RetryPolicy(self.retries, self.backoff_s),
+                            self._count_retry, name=filepath)
+
+
 def make_reader(
     data_folder: str,
     glob_pattern: str | None = None,
@@ -947,6 +993,8 @@ def make_reader(
     limit: int = -1,
     max_record_bytes: int = 10_000_000,
     skip: int = 0,
+    retries: int = 5,
+    backoff_s: float = 1.0,
 ):
     """A datatrove reader step for one input entry: a folder (+ optional glob), a single file, a glob, or an fsspec URL.
 
@@ -958,4 +1006,5 @@ def make_reader(
         raise ValueError(f"unknown input format {fmt!r}; expected one of {', '.join(FORMATS)}")
     if glob_pattern is None:
         data_folder, glob_pattern = split_input_path(str(data_folder))
-    return CommonCrawlReader(data_folder, glob_pattern=glob_pattern, fmt=fmt, limit=limit, skip=skip, max_record_bytes=max_record_bytes)
+    return CommonCrawlReader(data_folder, glob_pattern=glob_pattern, fmt=fmt, limit=limit, skip=skip,
+                             max_record_bytes=max_record_bytes, retries=retries, backoff_s=backoff_s)

@@ -12,7 +12,9 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from cuvee.pipeline.crawl import CommonCrawlInput
 
 from cuvee.pipeline.registry import StageParams, get_stage
 from cuvee.yaml_safe import YamlLoadError, load_yaml
@@ -27,15 +29,33 @@ class _Strict(BaseModel):
 
 
 class InputConfig(_Strict):
-    paths: list[str] = Field(min_length=1, description="files, folders, globs or fsspec URLs")
+    paths: list[str] | None = Field(None, description="files, folders, globs or fsspec URLs (or use common_crawl)")
+    common_crawl: CommonCrawlInput | None = Field(
+        None, description="a Common Crawl snapshot: {snapshot, kind, files, seed, source|base_url|paths_file}")
     format: Literal["auto", "warc", "arc", "wet", "jsonl", "parquet"] = "auto"
     limit: int = Field(-1, ge=-1, description="max records per task, -1 = all (for quick looks)")
     max_record_bytes: int = Field(10_000_000, gt=0, description="records larger than this are skipped and counted")
+    retries: int = Field(5, ge=0, le=30, description="remote inputs: retries of a failed open or range read")
+    backoff_s: float = Field(1.0, ge=0, le=600, description="remote inputs: first retry delay, doubled per retry")
 
     @field_validator("paths", mode="before")
     @classmethod
     def _one_path(cls, v):
         return [v] if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.paths is None) == (self.common_crawl is None):
+            raise ValueError("give exactly one of input.paths (files, folders, globs, URLs) and "
+                             "input.common_crawl (a snapshot sample)")
+        if self.paths is not None and not self.paths:
+            raise ValueError("input.paths must name at least one path")
+        if self.common_crawl is not None and self.format not in ("auto", self.common_crawl.kind):
+            raise ValueError(f"input.format {self.format!r} contradicts common_crawl.kind {self.common_crawl.kind!r}")
+        return self
+
+    def reader_format(self) -> str:
+        return self.common_crawl.kind if self.common_crawl is not None else self.format
 
 
 class OutputConfig(_Strict):

@@ -1,0 +1,144 @@
+"""Remote archives that survive a flaky network: reopen at the byte reached, with exponential backoff.
+
+A 1 GB Common Crawl WARC read over HTTPS or S3 is hundreds of range requests; on a busy day one of them
+times out or the connection is cut mid-body. Without a retry the whole file (tens of thousands of
+records) is lost to ``files_failed``. :class:`RetryingFile` wraps any fsspec file: when a read fails with
+a transient error it reopens the object, seeks to the offset it had reached and reads again, so the
+records above it see one unbroken byte stream (no duplicates, no gap). Errors that cannot heal (404,
+403, a server that cannot seek) fail at once; after ``retries`` transient failures the last error is
+raised and the reader counts the file as failed.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import IO, Any, Callable
+
+PERMANENT_HTTP = frozenset({400, 401, 403, 404, 405, 410, 411, 412, 413, 414, 416, 451})
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors a later attempt can heal: timeouts, cut connections, HTTP 5xx / 429 / 408."""
+    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)):
+        return False
+    status = getattr(exc, "status", None) or getattr(exc, "status_code", None)
+    if status is None:
+        resp = getattr(exc, "response", None)  # botocore ClientError
+        if isinstance(resp, dict):
+            status = resp.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if isinstance(status, int):
+        return status not in PERMANENT_HTTP and (status >= 500 or status in (408, 429))
+    return isinstance(exc, (OSError, TimeoutError, ConnectionError, EOFError)) or _is_network_error(exc)
+
+
+def _is_network_error(exc: BaseException) -> bool:
+    """aiohttp / botocore / urllib3 errors without importing them (they are optional here)."""
+    names = {c.__name__ for c in type(exc).__mro__}
+    return bool(names & {"ClientError", "ClientPayloadError", "ServerDisconnectedError", "ClientOSError",
+                         "ContentLengthError", "TransferEncodingError", "ReadTimeoutError", "ProtocolError",
+                         "IncompleteRead", "EndpointConnectionError", "ConnectionClosedError",
+                         "ResponseStreamingError", "FSTimeoutError"})
+
+
+class RetryPolicy:
+    """``retries`` further attempts after the first, sleeping ``backoff_s * 2**k`` (+ up to 25 % jitter)."""
+
+    def __init__(self, retries: int = 5, backoff_s: float = 1.0, max_sleep_s: float = 60.0):
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.max_sleep_s = max_sleep_s
+
+    def sleep(self, attempt: int) -> None:
+        delay = min(self.max_sleep_s, self.backoff_s * (2 ** attempt))
+        time.sleep(delay * (1 + 0.25 * random.random()))
+
+    def call(self, fn: Callable[[], Any], on_retry: Callable[[BaseException], None] | None = None) -> Any:
+        """``fn()`` with retries on transient errors (for opening, listing, HEAD requests)."""
+        for attempt in range(self.retries + 1):
+            try:
+                return fn()
+            except Exception as e:  # noqa: BLE001 - classified below
+                if attempt >= self.retries or not is_transient(e):
+                    raise
+                if on_retry:
+                    on_retry(e)
+                self.sleep(attempt)
+        raise AssertionError("unreachable")
+
+
+class RetryingFile:
+    """A read-only, forward-seekable file over ``opener()`` that heals transient read failures.
+
+    ``opener`` returns a fresh file object positioned at 0 (e.g. ``lambda: fs.open(path, "rb")``).
+    ``on_retry(exc)`` is called once per retry (the reader counts them as ``read_retries``).
+    """
+
+    def __init__(self, opener: Callable[[], IO[bytes]], policy: RetryPolicy,
+                 on_retry: Callable[[BaseException], None] | None = None, name: str = ""):
+        self._opener = opener
+        self._policy = policy
+        self._on_retry = on_retry
+        self.name = name
+        self._pos = 0
+        self._f = policy.call(opener, on_retry)
+
+    def _reopen(self) -> None:
+        try:
+            self._f.close()
+        except Exception:  # noqa: BLE001 - the broken handle is discarded either way
+            pass
+        self._f = self._opener()
+        if self._pos:
+            self._f.seek(self._pos)
+
+    def read(self, n: int = -1) -> bytes:
+        for attempt in range(self._policy.retries + 1):
+            try:
+                data = self._f.read(n)
+                self._pos += len(data)
+                return data
+            except Exception as e:  # noqa: BLE001 - classified below
+                if attempt >= self._policy.retries or not is_transient(e):
+                    raise
+                if self._on_retry:
+                    self._on_retry(e)
+                self._policy.sleep(attempt)
+                try:
+                    self._reopen()
+                except Exception as e2:  # noqa: BLE001 - a failed reopen is one more attempt
+                    if not is_transient(e2):
+                        raise
+        raise AssertionError("unreachable")
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if whence != 0:
+            raise ValueError("RetryingFile supports absolute seeks only")
+        self._f.seek(offset)
+        self._pos = offset
+        return offset
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        try:
+            self._f.close()
+        except Exception:  # noqa: BLE001 - closing a broken remote handle must not hide the real outcome
+            pass
+
+    def __enter__(self) -> "RetryingFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def is_remote(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
