@@ -166,19 +166,34 @@ def stats(recipe, run_dir):
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def stages(as_json):
-    """List every stage a recipe can use, with its parameters."""
-    from cuvee.pipeline.registry import all_stages
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON schema per stage).")
+def stages(name, as_json):
+    """List every stage a recipe can use with each parameter's type, default and description.
+
+    With NAME, show that stage only, with its full description."""
+    from cuvee.pipeline.registry import all_stages, describe_params
 
     specs = all_stages()
+    if name is not None:
+        if name not in specs:
+            raise click.ClickException(f"unknown stage {name!r}; known stages: {', '.join(specs)}")
+        specs = {name: specs[name]}
     if as_json:
         click.echo(json.dumps({n: s.params.model_json_schema() for n, s in specs.items()}, indent=2))
         return
-    for name, spec in specs.items():
-        click.echo(f"{name}: {spec.doc.splitlines()[0] if spec.doc else ''}")
-        for field, info in spec.params.model_fields.items():
-            click.echo(f"    {field} = {info.default!r}")
+    for stage_name, spec in specs.items():
+        doc = (spec.doc or "").strip()
+        click.echo(f"{stage_name}: {doc if name else (doc.splitlines()[0] if doc else '')}")
+        rows = describe_params(spec.params)
+        if not rows:
+            click.echo("    (no parameters)")
+        width = max((len(r["name"]) for r in rows), default=0)
+        for r in rows:
+            default = "required" if r["required"] else f"default {r['default']}"
+            desc = f"  {r['description']}" if r["description"] else ""
+            click.echo(f"    {r['name']:<{width}}  {r['type']}, {default}{desc}")
+        click.echo("")
 
 
 @main.command()

@@ -82,9 +82,24 @@ def test_params_validation():
     from pydantic import ValidationError
 
     params = get_stage("language").params
-    assert params().languages == {"en": 0.65}
-    assert params(languages={"EN": 0.5}).languages == {"en": 0.5}
+    # no silent English-only default: the error says how to keep every language
+    for missing in ({}, {"languages": None}, {"languages": {}}):
+        with pytest.raises(ValidationError, match="languages is required.*languages: all"):
+            params(**missing)
+    assert params(languages={"EN": 0.5}).thresholds() == {"en": 0.5}
+    assert params(languages=["EN", "fr"], min_score=0.3).thresholds() == {"en": 0.3, "fr": 0.3}
+    assert params(languages="all").thresholds() is None
     with pytest.raises(ValidationError, match="threshold"):
         params(languages={"en": 1.5})
     with pytest.raises(ValidationError, match="does not exist"):
-        params(model_path="/no/such/model.ftz")
+        params(languages="all", model_path="/no/such/model.ftz")
+
+
+def test_languages_all_keeps_every_language_and_annotates():
+    stage = get_stage("language")
+    step = stage.build(stage.params(languages="all"), CTX)[0]
+    docs = [Document(text="The quick brown fox jumps over the lazy dog near the river bank.", id="en"),
+            Document(text="Le renard brun rapide saute par-dessus le chien paresseux pres de la riviere.", id="fr")]
+    kept = list(step.run(iter(docs)))
+    assert [d.id for d in kept] == ["en", "fr"]
+    assert [d.metadata["language"] for d in kept] == ["en", "fr"]

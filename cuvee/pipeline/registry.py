@@ -34,6 +34,44 @@ class StageParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _type_name(annotation: Any) -> str:
+    """A readable type: ``int``, ``float | None``, ``list[str]``, ``'warc' | 'wet'``."""
+    import types
+    import typing
+
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " | ".join(repr(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join("None" if a is type(None) else _type_name(a) for a in args)
+    if origin is typing.Annotated:
+        return _type_name(args[0])
+    if origin is not None:
+        name = getattr(origin, "__name__", str(origin))
+        return f"{name}[{', '.join(_type_name(a) for a in args)}]" if args else name
+    return getattr(annotation, "__name__", str(annotation).replace("typing.", ""))
+
+
+def describe_params(model: type[BaseModel]) -> list[dict[str, Any]]:
+    """Every parameter of a stage model: name, type, required or default (as YAML would write it), description."""
+    import json
+
+    rows = []
+    for name, info in model.model_fields.items():
+        required = info.is_required()
+        default = None
+        if not required:
+            value = info.get_default(call_default_factory=True)
+            try:
+                default = json.dumps(value.model_dump(mode="json") if isinstance(value, BaseModel) else value)
+            except TypeError:
+                default = repr(value)
+        rows.append({"name": name, "type": _type_name(info.annotation), "required": required, "default": default,
+                     "description": info.description or ""})
+    return rows
+
+
 @dataclass
 class BuildContext:
     """What a builder may need beyond its own parameters."""
