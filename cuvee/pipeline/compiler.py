@@ -155,6 +155,17 @@ class OutputSummary(PipelineStep):
             yield doc
 
 
+def declared_metadata(recipe: Recipe) -> dict[str, str]:
+    """Metadata keys (and Parquet types) the recipe's stages declare; one key with two types is an error."""
+    out: dict[str, str] = {}
+    for i, entry in enumerate(recipe.stage_entries):
+        for k, t in entry.params.metadata_fields().items():
+            if out.get(k, t) != t:
+                raise RecipeError(f"stages[{i}]({entry.name}) writes metadata {k!r} as {t}, an earlier stage as {out[k]}")
+            out[k] = t
+    return out
+
+
 def compile_recipe(recipe: Recipe, run_dir: Path | None = None) -> list[Job]:
     run_dir = Path(run_dir or recipe.resolved_run_dir())
     work_dir = run_dir / "work"
@@ -200,7 +211,7 @@ def compile_recipe(recipe: Recipe, run_dir: Path | None = None) -> list[Job]:
     pipeline.append(OutputSummary(recipe.output.route_by))
     labels.append((SUMMARY, "output"))
     pipeline.append(output_writer(recipe.output.path or str(run_dir / "output"), recipe.output.format,
-                                  recipe.output.route_by))
+                                  recipe.output.route_by, declared_metadata(recipe)))
     labels.append((WRITER, "writer"))
     close_segment()
     return jobs

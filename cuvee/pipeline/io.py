@@ -36,9 +36,9 @@ def expand_paths(paths: str | Iterable[str]) -> list[str]:
 
 
 def _doc_from_row(row: dict, source: str, i: int) -> Document:
-    meta = row.get("metadata") or {}
-    if isinstance(meta, str):
-        meta = json.loads(meta)
+    from cuvee.pipeline.writers import metadata_from_row
+
+    meta = metadata_from_row(row.get("metadata"))
     extra = {k: v for k, v in row.items() if k not in ("text", "id", "metadata", "media") and v is not None}
     meta = {**extra, **meta}
     return Document(text=row.get("text") or "", id=str(row.get("id") or f"{source}/{i}"), metadata=meta)

@@ -956,7 +956,24 @@ class PlannedJsonlReader(_PlannedReaderMixin, JsonlReader):
 
 
 class PlannedParquetReader(_PlannedReaderMixin, ParquetReader):
-    """``ParquetReader`` counting ``files_read`` / ``files_failed`` / ``files_limited``; lists like :func:`plan_input_files`."""
+    """``ParquetReader`` counting ``files_read`` / ``files_failed`` / ``files_limited``; lists like :func:`plan_input_files`.
+
+    cuvee's typed ``metadata`` struct is read back to the document's mapping (null fields dropped,
+    ``other_json`` merged), as are older JSON-string metadata columns."""
+
+    def _default_adapter(self, data: dict, path: str, id_in_file: int | str):
+        from cuvee.pipeline.writers import metadata_from_row
+
+        data = dict(data)
+        meta = data.get("metadata")
+        if isinstance(meta, dict) or isinstance(meta, str):
+            try:
+                data["metadata"] = metadata_from_row(meta)
+            except ValueError:  # a plain string that is not JSON: datatrove's own handling
+                pass
+        out = super()._default_adapter(data, path, id_in_file)
+        out["metadata"] = {k: v for k, v in out["metadata"].items() if v is not None}
+        return out
 
 
 class UrlListReader(CommonCrawlReader):

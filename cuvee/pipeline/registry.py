@@ -33,6 +33,11 @@ class StageParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    def metadata_fields(self) -> dict[str, str]:
+        """Metadata keys this stage writes, with their Parquet types ("string", "double", "int64", "bool"):
+        they become typed fields of the output's ``metadata`` struct (see ``cuvee.pipeline.writers``)."""
+        return {}
+
 
 def _type_name(annotation: Any) -> str:
     """A readable type: ``int``, ``float | None``, ``list[str]``, ``'warc' | 'wet'``."""

@@ -1,8 +1,12 @@
 """Output and intermediate writers.
 
-Final Parquet output uses one fixed schema (FineWeb-like top-level columns plus the full metadata as
-JSON) because datatrove's ParquetWriter infers its schema from the first document and would reject
-later documents whose metadata has other keys.
+Final Parquet output has one schema per run, decided before any document is written (datatrove's
+ParquetWriter infers it from the first document and would reject later documents with other keys, and
+``datasets`` refuses files of one dataset whose schemas differ): FineWeb-like top-level columns, plus
+``metadata`` as a *typed struct* whose fields are the keys the reader and the recipe's stages declare
+(``StageParams.metadata_fields``), so ``pyarrow`` / ``datasets`` users filter on
+``metadata.language_score`` directly. A key no stage declared, or a value whose type does not fit its
+field (never coerced), goes into the struct's ``other_json`` field as JSON; readers merge it back.
 """
 
 from __future__ import annotations
@@ -36,13 +40,53 @@ def clean_metadata(meta: dict) -> dict:
     return {k: _jsonable(v) for k, v in meta.items() if not k.startswith("_") and not isinstance(v, bytes)}
 
 
+# keys cuvee's readers and response check write on every document (stages declare their own)
+READER_METADATA = {
+    "url": "string", "date": "string", "warc_record_id": "string", "warc_type": "string", "payload_type": "string",
+    "content_type": "string", "http_status": "int64", "cc_snapshot": "string", "cc_languages": "string", "cc_charset": "string",
+    "charset": "string", "charset_source": "string",
+}
+OTHER_FIELD = "other_json"  # struct field: JSON of keys without a declared field (or values that do not fit it)
+_FITS = {
+    "string": lambda v: isinstance(v, str),
+    "double": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "int64": lambda v: isinstance(v, int) and not isinstance(v, bool) and -2**63 <= v < 2**63,
+    "bool": lambda v: isinstance(v, bool),
+}
+
+
+def metadata_struct_fields(declared: dict[str, str] | None = None) -> dict[str, str]:
+    """The run's metadata fields: the readers' keys, then the stages' declared keys, sorted for stability."""
+    fields = dict(READER_METADATA)
+    for k, t in (declared or {}).items():
+        if t not in _FITS:
+            raise ValueError(f"metadata field {k!r}: unknown type {t!r} (one of {', '.join(_FITS)})")
+        fields[k] = t
+    fields.pop(OTHER_FIELD, None)
+    return dict(sorted(fields.items()))
+
+
+def _split_metadata(meta: dict, fields: dict[str, str]) -> dict:
+    """A struct row: declared keys whose values fit their type; everything else as JSON in ``other_json``."""
+    row = dict.fromkeys(fields)
+    other = {}
+    for k, v in meta.items():
+        t = fields.get(k)
+        if t is not None and (v is None or _FITS[t](v)):
+            row[k] = float(v) if t == "double" and v is not None else v
+        elif v is not None:
+            other[k] = v
+    row[OTHER_FIELD] = json.dumps(other, ensure_ascii=False, sort_keys=True) if other else None
+    return row
+
+
 def _parquet_adapter(self, doc: Document) -> dict:
     meta = clean_metadata(doc.metadata)
     row = {"text": doc.text, "id": str(doc.id)}
     for col in TOP_LEVEL_COLUMNS:
         v = meta.get(col)
         row[col] = (float(v) if v is not None else None) if col == "language_score" else (str(v) if v is not None else None)
-    row["metadata"] = json.dumps(meta, ensure_ascii=False, sort_keys=True)
+    row["metadata"] = _split_metadata(meta, self.metadata_fields)
     return row
 
 
@@ -50,13 +94,30 @@ def _jsonl_adapter(self, doc: Document) -> dict:
     return {"text": doc.text, "id": str(doc.id), "metadata": clean_metadata(doc.metadata)}
 
 
-def parquet_schema():
+def parquet_schema(metadata_fields: dict[str, str] | None = None):
     import pyarrow as pa
 
+    fields = metadata_struct_fields(metadata_fields) if metadata_fields is None else metadata_fields
+    types = {"string": pa.string(), "double": pa.float64(), "int64": pa.int64(), "bool": pa.bool_()}
+    struct = pa.struct([(k, types[t]) for k, t in fields.items()] + [(OTHER_FIELD, pa.string())])
     return pa.schema(
         [("text", pa.string()), ("id", pa.string()), ("url", pa.string()), ("date", pa.string()),
-         ("language", pa.string()), ("language_score", pa.float64()), ("metadata", pa.string())]
+         ("language", pa.string()), ("language_score", pa.float64()), ("metadata", struct)]
     )
+
+
+def metadata_from_row(meta) -> dict:
+    """A stored ``metadata`` value back to the document's mapping: a typed struct (absent keys are null;
+    ``other_json`` merged back), a JSON string (cuvee before typed metadata), or a mapping (JSONL)."""
+    if meta is None:
+        return {}
+    if isinstance(meta, str):
+        return json.loads(meta)
+    out = {k: v for k, v in meta.items() if v is not None and k != OTHER_FIELD}
+    other = meta.get(OTHER_FIELD)
+    if isinstance(other, str) and other:
+        out.update(json.loads(other))
+    return out
 
 
 ROUTE_MISSING = "_missing"  # output folder of documents lacking the ``route_by`` key (or with None / "")
@@ -119,9 +180,11 @@ class CuveeJsonlWriter(JsonlWriter):
 class CuveeParquetWriter(ParquetWriter):
     """Parquet writer whose ``route_by`` never fails on a missing key (see ``CuveeJsonlWriter``)."""
 
-    def __init__(self, output_folder, output_filename: str, route_key: str | None = None, **kwargs):
+    def __init__(self, output_folder, output_filename: str, route_key: str | None = None,
+                 metadata_fields: dict[str, str] | None = None, **kwargs):
         super().__init__(output_folder, output_filename=output_filename, **kwargs)
         self.route_key = route_key
+        self.metadata_fields = metadata_struct_fields(metadata_fields)
 
     def write(self, document: Document, rank: int = 0, **kwargs):
         if self.route_key:
@@ -136,13 +199,16 @@ def _route(step: PipelineStep, document: Document) -> str:
     return folder
 
 
-def output_writer(path: str, fmt: str, route_by: str | None = None):
+def output_writer(path: str, fmt: str, route_by: str | None = None, metadata_fields: dict[str, str] | None = None):
     """The run's final writer; ``route_by`` puts each document under <path>/<metadata value>/ (documents
-    without that metadata under <path>/_missing/, counted as the writer's ``route_missing``)."""
+    without that metadata under <path>/_missing/, counted as the writer's ``route_missing``).
+    ``metadata_fields``: the keys the recipe's stages declare (typed Parquet struct fields)."""
     prefix = f"${{{route_by}}}/" if route_by else ""
     if fmt == "parquet":
+        fields = metadata_struct_fields(metadata_fields)
         return CuveeParquetWriter(path, output_filename=prefix + "${rank}.parquet", route_key=route_by,
-                                  adapter=_parquet_adapter, schema=parquet_schema(), compression="zstd")
+                                  metadata_fields=metadata_fields, adapter=_parquet_adapter,
+                                  schema=parquet_schema(fields), compression="zstd")
     return CuveeJsonlWriter(path, output_filename=prefix + "${rank}.jsonl.gz", route_key=route_by,
                             adapter=_jsonl_adapter)
 
