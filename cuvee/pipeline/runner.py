@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import shutil
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from cuvee.folders import (MARKER, FolderError, FolderLock, bind, bind_check, cl
                            owner)
 
 from cuvee.pipeline.compiler import check_inputs, compile_recipe
+from cuvee.pipeline.console import PhaseProgress, quiet_datatrove
 from cuvee.pipeline.executors import build_chain, job_completed_ranks
 from cuvee.pipeline.recipe import LocalExecutorConfig, Recipe, SlurmExecutorConfig, load_recipe, parse_recipe
 from cuvee.pipeline.plan import build_plan, run_folders
@@ -40,41 +40,8 @@ def _as_recipe(recipe_or_path, overrides: dict[str, Any] | None) -> Recipe:
     return load_recipe(recipe_or_path, overrides)
 
 
-class _Progress:
-    """A progress bar over finished tasks of every job, polled from datatrove's completion markers."""
-
-    def __init__(self, jobs, enabled: bool):
-        self.jobs = jobs
-        self.enabled = enabled
-        self._stop = threading.Event()
-        self._thread = None
-
-    def __enter__(self):
-        if self.enabled:
-            from tqdm import tqdm
-
-            total = sum(j.tasks for j in self.jobs)
-            self._bar = tqdm(total=total, desc="tasks", unit="task", leave=True)
-
-            def poll():
-                while not self._stop.wait(0.5):
-                    self._bar.n = sum(job_completed_ranks(j) for j in self.jobs)
-                    self._bar.refresh()
-
-            self._thread = threading.Thread(target=poll, daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        if self._thread:
-            self._stop.set()
-            self._thread.join()
-            self._bar.n = sum(job_completed_ranks(j) for j in self.jobs)
-            self._bar.close()
-
-
 def run_recipe(recipe_or_path, overrides: dict[str, Any] | None = None, progress: bool = False,
-               fresh: bool = False, wait: bool = True) -> dict:
+               fresh: bool = False, wait: bool = True, verbose: bool = False) -> dict:
     """Run a recipe end to end and return its stats (also written to <run_dir>/stats.json).
 
     A rerun resumes (finished tasks are skipped) only if its plan - resolved recipe, task count and
@@ -100,13 +67,13 @@ def run_recipe(recipe_or_path, overrides: dict[str, Any] | None = None, progress
             bind(folder, plan, what=what, fresh_hint="--fresh")
             if n := clean_stale_tmp(folder):
                 logger.info(f"removed {n} stale temporary file(s) left by killed tasks in {folder}")
-        return _run_locked(recipe, plan, progress, wait)
+        return _run_locked(recipe, plan, progress, wait, verbose)
     finally:
         for lock in reversed(locks):
             lock.release()
 
 
-def _run_locked(recipe: Recipe, plan: dict, progress: bool, wait: bool) -> dict:
+def _run_locked(recipe: Recipe, plan: dict, progress: bool, wait: bool, verbose: bool = False) -> dict:
     run_dir = recipe.resolved_run_dir()
     (run_dir / "recipe.yaml").write_text(recipe.source or yaml.safe_dump(recipe.to_dict(), sort_keys=False))
     (run_dir / "recipe.resolved.json").write_text(json.dumps(recipe.to_dict(), indent=2))
@@ -115,7 +82,8 @@ def _run_locked(recipe: Recipe, plan: dict, progress: bool, wait: bool) -> dict:
     executors = build_chain(jobs, recipe.executor, recipe.name)
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
-    with _Progress(jobs, progress and isinstance(recipe.executor, LocalExecutorConfig)):
+    local = isinstance(recipe.executor, LocalExecutorConfig)
+    with quiet_datatrove(verbose, str(recipe.resolved_logging_dir())), PhaseProgress(jobs, progress and local):
         executors[-1].run()
     if isinstance(recipe.executor, SlurmExecutorConfig):
         record_slurm_jobs(run_dir, executors)

@@ -1,0 +1,220 @@
+"""A quiet console for ``cuvee run``: one progress line per phase, then the summary table.
+
+datatrove logs every task's start, pipeline, per-file progress and a full stats dump to the console, so a
+run prints hundreds of lines around the progress bar and the summary that matters scrolls away. The task
+log *files* under ``<run_dir>/logs/<job>/logs/`` keep everything (DEBUG and up); the console keeps only
+warnings and errors, capped per process (the rest are in the files), unless ``cuvee run -v``.
+
+The progress display follows the jobs in order (segments and whole-corpus phases): finished tasks of the
+current job with an ETA from the task rate, and, from the per-task stats datatrove writes when a task
+ends, documents read, kept and dropped so far and documents per second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+MAX_CONSOLE_WARNINGS = 20  # per process; the task log files have all of them
+
+_FORMAT = "{time:YYYY-MM-DD HH:mm:ss.SSS} | <level>{level: <8}</level> | {name}:{function}:{line} - <level>{message}</level>"
+
+
+class _Cap:
+    """A loguru filter that lets the first ``limit`` records through, then says once where the rest are."""
+
+    def __init__(self, limit: int, where: str):
+        self.limit, self.where, self.seen = limit, where, 0
+
+    def __call__(self, record) -> bool:
+        self.seen += 1
+        if self.seen <= self.limit:
+            return True
+        if self.seen == self.limit + 1:
+            sys.stderr.write(f"(more warnings: see the task logs under {self.where})\n")
+        return False
+
+
+_ENV = "CUVEE_QUIET_CONSOLE"  # set while a quiet run lives: task processes (forkserver/spawn) quiet themselves
+_installed: tuple | None = None
+
+
+def install_quiet(where: str = "the run folder's logs/") -> None:
+    """Replace datatrove's console sinks (default and per task) by a WARNING-level, capped one. Idempotent."""
+    global _installed
+    if _installed is not None:
+        return
+    import datatrove.executor.base as executor_base
+    import datatrove.utils.logging as dlog
+    from loguru import logger
+
+    cap = _Cap(MAX_CONSOLE_WARNINGS, where)
+
+    def console_sink():
+        logger.add(sys.stderr, level="WARNING", filter=cap, colorize=dlog.DATATROVE_COLORIZE_LOGS, format=_FORMAT)
+
+    def setup_default_logger():
+        logger.remove()
+        console_sink()
+
+    def add_task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: int = -1):
+        # datatrove's own task logger, with the console sink at WARNING instead of INFO (file sink unchanged)
+        logger.remove()
+        logfile = logging_dir.open(f"logs/task_{rank:05d}.log", "w")
+        prefix = f"[NODE {node_rank}] " if node_rank != -1 else ""
+        if local_rank == 0:
+            console_sink()
+        logger.add(logfile, colorize=dlog.DATATROVE_COLORIZE_LOG_FILES, level="DEBUG", format=prefix + _FORMAT)
+        logger.info(f"Launching pipeline for {rank=}")
+        return logfile
+
+    _installed = (dlog.add_task_logger, executor_base.add_task_logger, dlog.setup_default_logger)
+    dlog.add_task_logger = executor_base.add_task_logger = add_task_logger
+    dlog.setup_default_logger = setup_default_logger
+    setup_default_logger()
+
+
+def uninstall_quiet() -> None:
+    global _installed
+    if _installed is None:
+        return
+    import datatrove.executor.base as executor_base
+    import datatrove.utils.logging as dlog
+
+    dlog.add_task_logger, executor_base.add_task_logger, dlog.setup_default_logger = _installed
+    _installed = None
+    dlog.setup_default_logger()
+
+
+@contextmanager
+def quiet_datatrove(verbose: bool, where: str = "the run folder's logs/"):
+    """While the block runs, datatrove's console output is warnings and errors only (``verbose``: unchanged),
+    in this process and in the task processes the local executor starts."""
+    if verbose:
+        yield
+        return
+    previous = os.environ.get(_ENV)
+    os.environ[_ENV] = where
+    install_quiet(where)
+    try:
+        yield
+    finally:
+        uninstall_quiet()
+        if previous is None:
+            os.environ.pop(_ENV, None)
+        else:
+            os.environ[_ENV] = previous
+
+
+if os.environ.get(_ENV):  # a task process of a quiet run: cuvee's steps import this module when unpickled
+    install_quiet(os.environ[_ENV])
+
+
+def _total(v) -> int:
+    if isinstance(v, dict):  # datatrove's metric stats
+        v = v.get("total")
+    return int(v or 0)
+
+
+def job_progress(job) -> dict:
+    """Finished tasks of a job and, from their stats files, documents read / kept / dropped."""
+    logs = Path(job.logging_dir)
+    done = sum(1 for _ in (logs / "completions").iterdir()) if (logs / "completions").exists() else 0
+    read = kept = 0
+    for f in (logs / "stats").glob("*.json") if (logs / "stats").exists() else ():
+        try:
+            steps = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue  # being written
+        if steps:
+            read += _total(steps[0]["stats"].get("total"))
+            kept += _total(steps[-1]["stats"].get("total"))
+    return {"done": done, "read": read, "kept": kept}
+
+
+class PhaseProgress:
+    """One progress bar per job, in order; polls completion markers and per-task stats twice a second."""
+
+    def __init__(self, jobs, enabled: bool, stream=None):
+        self.jobs, self.enabled = jobs, enabled
+        self.stream = stream or sys.stderr
+        self._stop = threading.Event()
+        self._thread = None
+        self._bars: dict[str, object] = {}
+        self._t0: dict[str, float] = {}
+
+    def _line(self, job, p: dict) -> str:
+        took = time.perf_counter() - self._t0.get(job.name, time.perf_counter())
+        docs = ""
+        if job.kind == "segment" and p["read"]:
+            docs = (f", {p['read']:,} docs read, {p['kept']:,} kept, {p['read'] - p['kept']:,} dropped, "
+                    f"{p['read'] / max(1e-9, took):,.0f} docs/s")
+        return f"{job.name}: {p['done']}/{job.tasks} tasks{docs}, {took:.1f} s"
+
+    def _update_plain(self, final: bool) -> None:
+        """Not a terminal (CI logs, pipes): one line per phase when it ends, no redraws."""
+        for job in self.jobs:
+            self._t0.setdefault(job.name, time.perf_counter())
+            p = job_progress(job)
+            if p["done"] >= job.tasks or final:
+                if job.name not in self._bars:
+                    self._bars[job.name] = True
+                    self.stream.write(self._line(job, p) + "\n")
+                    self.stream.flush()
+                continue
+            break
+
+    def _update(self, final: bool = False) -> None:
+        if not getattr(self.stream, "isatty", lambda: False)():
+            return self._update_plain(final)
+        from tqdm import tqdm
+
+        for job in self.jobs:
+            p = job_progress(job)
+            bar = self._bars.get(job.name)
+            if bar is None:
+                if p["done"] == 0 and not final and not self._all_before_done(job):
+                    break  # later jobs have not started
+                self._t0[job.name] = time.perf_counter()
+                bar = self._bars[job.name] = tqdm(total=job.tasks, desc=f"{job.name:<28.28}", unit="task",
+                                                  file=self.stream, leave=True, dynamic_ncols=True)
+            bar.n = p["done"]
+            if job.kind == "segment" and p["read"]:
+                rate = p["read"] / max(1e-9, time.perf_counter() - self._t0[job.name])
+                bar.set_postfix_str(f"{p['read']:,} docs read, {p['kept']:,} kept, {p['read'] - p['kept']:,} dropped, "
+                                    f"{rate:,.0f} docs/s", refresh=False)
+            bar.refresh()
+            if p["done"] < job.tasks:
+                break
+
+    def _all_before_done(self, job) -> bool:
+        for j in self.jobs:
+            if j is job:
+                return True
+            if job_progress(j)["done"] < j.tasks:
+                return False
+        return True
+
+    def __enter__(self):
+        if self.enabled:
+            def poll():
+                while not self._stop.wait(0.5):
+                    self._update()
+
+            self._thread = threading.Thread(target=poll, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self._thread:
+            self._stop.set()
+            self._thread.join()
+            self._update(final=True)
+            for bar in self._bars.values():
+                if bar is not True:
+                    bar.close()
