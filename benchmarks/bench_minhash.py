@@ -153,6 +153,7 @@ def main():
     ap.add_argument("--docs", type=int, default=20000)
     ap.add_argument("--backends", default="numba,rensa", help="cuvee backends to run, the first is the reference")
     ap.add_argument("--skip-datatrove", action="store_true")
+    ap.add_argument("--runs", type=int, default=3, help="interleaved runs of cuvee and datasketch; median [min-max] reported")
     args = ap.parse_args()
     quiet()
     corpus = build_corpus(min_docs=args.docs)
@@ -166,17 +167,32 @@ def main():
     print(f"numba kernels ready in {native.warm_up():.2f}s (compile on first use on a machine, then loaded from "
           f"numba's cache; not in the timings below)")
     backends = args.backends.split(",")
-    results, dedup_only = {}, {}
-    for backend in backends:
-        wall, kept, c = run_cuvee(corpus_file, backend)
-        results[f"cuvee ({backend})"] = (wall, kept)
-        dedup_only[f"cuvee ({backend})"] = dedup_step_seconds(OUT / f"cuvee_{backend}" / "logs")
-        steps = {k: v for k, v in c["seg00"].items() if "signatures" in k}
-        print(f"cuvee {backend}: {wall:.1f}s  signatures={steps}  clusters={c['minhash_clusters']}")
-    wall, kept, info = run_datasketch(corpus_file)
-    results["datasketch"] = (wall, kept)
-    dedup_only["datasketch"] = wall - info["read"] - info["write"]
-    print(f"datasketch: {wall:.1f}s {info}")
+    import statistics
+
+    results, dedup_only, walls, dedups = {}, {}, {}, {}
+    for r in range(args.runs):  # interleaved, so load on the shared machine hits every tool alike
+        for backend in backends:
+            wall, kept, c = run_cuvee(corpus_file, backend)
+            name = f"cuvee ({backend})"
+            walls.setdefault(name, []).append(wall)
+            dedups.setdefault(name, []).append(dedup_step_seconds(OUT / f"cuvee_{backend}" / "logs"))
+            results[name] = (wall, kept)
+            steps = {k: v for k, v in c["seg00"].items() if "signatures" in k}
+            print(f"run {r + 1} cuvee {backend}: {wall:.1f}s  signatures={steps}  clusters={c['minhash_clusters']}")
+        wall, kept, info = run_datasketch(corpus_file)
+        walls.setdefault("datasketch", []).append(wall)
+        dedups.setdefault("datasketch", []).append(wall - info["read"] - info["write"])
+        results["datasketch"] = (wall, kept)
+        print(f"run {r + 1} datasketch: {wall:.1f}s {info}")
+    for name in walls:
+        results[name] = (statistics.median(walls[name]), results[name][1])
+        dedup_only[name] = statistics.median(dedups[name])
+    print("\nwall s per run (median [min-max]): " + "; ".join(
+        f"{k} {statistics.median(v):.1f} [{min(v):.1f}-{max(v):.1f}]" for k, v in walls.items()))
+    print("dedup-only s per run (median [min-max]): " + "; ".join(
+        f"{k} {statistics.median(v):.2f} [{min(v):.2f}-{max(v):.2f}]" for k, v in dedups.items()))
+    ratios = [d / c for d, c in zip(walls["datasketch"], walls[f"cuvee ({backends[0]})"])]
+    print(f"datasketch / cuvee ({backends[0]}) whole job, per run: {', '.join(f'{x:.1f}x' for x in ratios)}")
     if not args.skip_datatrove:
         wall, kept, times = run_datatrove(corpus_file)
         results["datatrove"] = (wall, kept)

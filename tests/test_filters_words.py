@@ -94,3 +94,26 @@ def test_fast_tokenizer_pickles_without_its_memo():
     clone = pickle.loads(pickle.dumps(tok))
     assert clone._cache == {}
     assert clone.word_tokenize("two cats.") == ["two", "cats", "."]
+
+
+def test_sentence_spans_fast_path_equals_token_by_token_rule():
+    """span_tokenize skips splitting plain-word chunks; the spans must equal the token-by-token rule's."""
+    import gzip
+    import json
+
+    from cuvee.filters.words import FastWordTokenizer
+
+    tok = FastWordTokenizer("en")
+    texts = ["", " ", "Hello. World", "a.b.c. D", "U.S.A. is big. Yes!", "¿Qué? ¡Sí! Ok.", "gonna go. cannot stop.",
+             "日本語。テスト。", "x" * 5000, "e.g. this. and i.e. that...", "3.14 is pi. 2nd line\n\nNew para.",
+             "Ünïcödé. Ελληνικά. Текст.", "Mr. Smith went to Washington. He didn't stay!!! Why?' she asked.",
+             "end with period.", ".leading dot", "a . b . c", "wow!!!really?? ok...", "x\u00a0y. z\u2028w."]
+    path = Path(__file__).resolve().parents[1] / "data/curated/wcxb_dev_main_content.jsonl.gz"
+    with gzip.open(path, "rt") as f:
+        for i, line in enumerate(f):
+            if i >= 300:
+                break
+            texts += (json.loads(line).get("main_content") or "").split("\n")
+    assert len(texts) > 1000
+    for t in texts:
+        assert tok.span_tokenize(t) == tok._span_tokenize_reference(t), t[:200]

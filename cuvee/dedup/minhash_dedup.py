@@ -1,7 +1,10 @@
 """MinHash LSH near-duplicate removal (FineWeb defaults: 5-word shingles, 14 bands x 8 rows).
 
-1. Signatures (pass-through, per rank): one row of b*r uint32 minimums per document, plus its length;
-   with the default ``numba`` backend tokenising, hashing and minimums run in one compiled loop.
+1. Signatures (pass-through, per rank): b*r uint32 minimums per document (with the default ``numba``
+   backend tokenising, hashing and minimums run in one compiled loop), folded at once into one 64-bit key
+   per band and stored *band-major*: ``bands/<band>/<rank>.key.u64`` (8 bytes per document and band), plus
+   the document's length. A bucket task reads only its own bands' keys; the full signatures (4*b*r bytes
+   per document) are never written, so nothing is re-read once per band.
 2. Buckets (phase, one task per group of bands): per band, (band key, document) records are grouped by
    key with the partitioned spill (memory within ``memory_budget_mb``); every group of equal keys gives
    candidate edges. Keys found in a reused index (``reuse_index``) link the document to "the earlier
@@ -85,6 +88,11 @@ def check_index(path: str | Path, cfg: MinHashConfig) -> Path:
     return path
 
 
+def band_file(folder: Path, band: int, rank: int) -> Path:
+    """One rank's 64-bit keys of one band, in document order (band-major signature storage)."""
+    return rank_file(Path(folder) / "bands" / f"{band:03d}", rank, "key.u64")
+
+
 class MinhashSignatures(RecordingStep):
     name = "🎯 minhash signatures"
     batch_size = 512  # one compiled call per batch
@@ -96,7 +104,7 @@ class MinhashSignatures(RecordingStep):
 
     def open(self, rank: int) -> None:
         self._hasher = self._hasher or MinHasher(self.config)
-        self.sigs = AtomicWriter(rank_file(self.folder / "sigs", rank, "sig.u32"))
+        self.bands = [AtomicWriter(band_file(self.folder, b, rank)) for b in range(self.config.num_bands)]
         self.meta = AtomicWriter(rank_file(self.folder / "sigs", rank, "meta"))
 
     def record(self, batch: list) -> None:
@@ -105,11 +113,12 @@ class MinhashSignatures(RecordingStep):
         meta["len"] = np.minimum([len(d.text) for d in batch], 2**32 - 1)
         meta["has"] = has
         self.stat_update("no_shingles", value=int((~has).sum()))
-        self.sigs.write(sig)
+        for b, w in enumerate(self.bands):
+            w.write(self._hasher.band_keys(sig, b))
         self.meta.write(meta)
 
     def close(self, ok: bool) -> None:
-        for w in (self.sigs, self.meta):
+        for w in (*self.bands, self.meta):
             w.close() if ok else w.abort()
 
 
@@ -129,16 +138,15 @@ class MinhashBuckets(PipelineStep):
         self.reuse_index = [Path(p) for p in reuse_index]
         self.index_dir = Path(index_dir) if index_dir else None
 
-    def _chunks(self, hasher: MinHasher, band: int):
-        k = self.config.num_perm
-        step = chunk_records(self.budget, k * 4)
+    def _chunks(self, band: int):
+        step = chunk_records(self.budget, BAND_RECORD.itemsize)
 
         def gen():
             for r in range(self.source_tasks):
-                sig = load_array(rank_file(self.folder / "sigs", r, "sig.u32"), np.uint32, mmap=True).reshape(-1, k)
+                band_keys = load_array(band_file(self.folder, band, r), np.uint64, mmap=True)
                 meta = load_array(rank_file(self.folder / "sigs", r, "meta"), DOC_META, mmap=True)
-                for i in range(0, len(sig), step):
-                    keys = hasher.band_keys(np.asarray(sig[i:i + step]), band)
+                for i in range(0, len(band_keys), step):
+                    keys = np.asarray(band_keys[i:i + step])
                     has = np.asarray(meta["has"][i:i + step]).astype(bool)
                     rec = np.zeros(int(has.sum()), dtype=BAND_RECORD)
                     rec["key"] = keys[has]
@@ -148,12 +156,13 @@ class MinhashBuckets(PipelineStep):
         return gen
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
-        hasher = MinHasher(self.config)
         files = [rank_file(self.folder / "sigs", r, "meta") for r in range(self.source_tasks)]
+        files += [band_file(self.folder, b, r) for b in range(rank, self.config.num_bands, world_size)
+                  for r in range(self.source_tasks)]
         missing = [str(f) for f in files if not f.exists()]
         if missing:
             raise FileNotFoundError(f"minhash: signatures missing (signature tasks not finished?): {missing[:3]}")
-        total = sum(f.stat().st_size for f in files) // DOC_META.itemsize
+        total = sum(f.stat().st_size for f in files[:self.source_tasks]) // DOC_META.itemsize
         if self.index_dir is not None:
             self.index_dir.mkdir(parents=True, exist_ok=True)
             desc = json.dumps(index_description(self.config), indent=1)
@@ -165,7 +174,7 @@ class MinhashBuckets(PipelineStep):
                 edges = AtomicWriter(self.folder / "edges" / f"band{band:03d}.u64")
                 index = AtomicWriter(self.index_dir / f"band{band:03d}.u64") if self.index_dir else None
                 try:
-                    for part in key_partitions(self._chunks(hasher, band), BAND_RECORD, "key", total, self.budget,
+                    for part in key_partitions(self._chunks(band), BAND_RECORD, "key", total, self.budget,
                                                self.folder, stats=lambda k, v: self.stat_update(k, value=v),
                                                overhead=BUCKET_OVERHEAD):
                         part = part[np.argsort(part["key"], kind="stable")]

@@ -257,7 +257,46 @@ class FastWordTokenizer(WordTokenizer):
 
     def span_tokenize(self, text: str) -> list[tuple[int, int]]:
         """Sentence spans by spaCy's Sentencizer rule: a sentence ends after a sentence-final token once a
-        non-punctuation token follows."""
+        non-punctuation token follows.
+
+        Most chunks are plain words (``str.isalnum``): whatever tokens such a chunk splits into, none is
+        punctuation, so the rule only sees "a word starts here" and the chunk is handled without splitting it
+        (same spans; ~2x faster on prose, which makes the C4 rules' sentence count cheap)."""
+        spans: list[tuple[int, int]] = []
+        start = 0
+        seen_period = False
+        prev_end = 0
+        get, tokens_of = self._cache.get, self._chunk_tokens
+        for m in _CHUNK.finditer(text):
+            chunk = m.group()
+            pos = m.start()
+            if chunk.isalnum():
+                if seen_period:
+                    spans.append((start, prev_end))
+                    start = pos
+                    seen_period = False
+                prev_end = pos + len(chunk)
+                continue
+            toks = get(chunk)
+            if toks is None:
+                toks = tokens_of(chunk)
+            for tok in toks:
+                a, b = pos, pos + len(tok)
+                pos = b
+                in_punct = tok in SENTENCE_PUNCT
+                if seen_period and not in_punct and not _is_punct_token(tok):
+                    spans.append((start, prev_end))
+                    start = a
+                    seen_period = False
+                elif in_punct:
+                    seen_period = True
+                prev_end = b
+        if prev_end > start or not spans:
+            spans.append((start, len(text.rstrip()) if prev_end else len(text)))
+        return spans
+
+    def _span_tokenize_reference(self, text: str) -> list[tuple[int, int]]:
+        """The token-by-token rule, kept as the reference the fast path is tested against."""
         spans: list[tuple[int, int]] = []
         start = 0
         seen_period = False

@@ -1,0 +1,208 @@
+"""Per-document cost of dedup and C4 rules: cuvee's stages next to AI2's Dolma toolkit (Rust), same documents.
+
+Corpus: 3,000 documents from real text: 150-300-word passages of WCXB dev pages' main content, each with 0-6
+real boilerplate lines (WCXB "without" snippets, a pool of 300) inserted, plus 10 % exact copies of earlier
+documents shuffled in, so exact and paragraph/line dedup both have real work. Written once as Dolma's layout
+(``documents/*.jsonl.gz`` with id/text/source/added) and read by both tools.
+
+Dolma runs as its users run it, from its own venv, one process: ``dolma dedupe`` (Bloom filter, documents by
+``$.text``; paragraphs), ``dolma tag --taggers c4_v2``. cuvee runs ``cuvee run`` on a recipe with one stage
+(``exact_dedup``, ``line_dedup``, ``c4_quality``), tasks=1, workers=1.
+
+Each (tool, operation, corpus) is a fresh process; CPU = user + system of the child (getrusage). Runs are
+interleaved round-robin, ``--runs`` times; medians reported with [min-max]. Start-up is set apart by also
+running every command on a 30-document corpus: per-document cost = (CPU(3,000) - CPU(30)) / 2,970. For
+cuvee the stage's cost is *marginal*: the same recipe without the stage (read JSONL -> write JSONL) is
+subtracted, so reading and writing, which Dolma's dedupe also does (documents in, attribute files out), are
+not charged to cuvee's stage; cuvee's figure still includes everything the stage adds (recording, its
+whole-corpus phase jobs, the filter and its intermediate files). What each removes is printed next to it:
+the two tools' rules differ (Dolma drops every repeat after the first paragraph; cuvee's line dedup removes
+a line seen in >= k documents of a bucket, ccNet / Llama 3), so decisions are compared, not assumed.
+
+    python -m venv /tmp/dolma-venv && /tmp/dolma-venv/bin/pip install dolma
+    python benchmarks/bench_dolma.py --dolma /tmp/dolma-venv/bin/dolma --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+
+CUVEE_STAGES = {
+    "exact": {"stage": "exact_dedup"},
+    "paragraph/line": {"stage": "line_dedup", "bucket_size": 1_000_000, "min_occurrences": 2, "min_words": 0},
+    "c4 rules": {"stage": "c4_quality"},
+}
+
+
+def build_corpus(folder: Path, n: int, seed: int = 0) -> dict:
+    from benchmarks._neardup_eval import boilerplate_pool, passages, real_page_texts
+
+    rng = random.Random(seed)
+    pool = rng.sample(boilerplate_pool(), 300)
+    base = [p for t in real_page_texts() for p in passages(t, rng)]
+    n_orig = n - n // 10
+    docs, inserted = [], 0
+    for i, text in enumerate(base[:n_orig]):
+        lines = text.split("\n")
+        for _ in range(rng.randint(0, 6)):
+            lines.insert(rng.randrange(len(lines) + 1), rng.choice(pool))
+            inserted += 1
+        docs.append("\n".join(lines))
+    copies = [rng.choice(docs) for _ in range(n - n_orig)]
+    for c in copies:
+        docs.insert(rng.randrange(len(docs) + 1), c)
+    (folder / "documents").mkdir(parents=True, exist_ok=True)
+    with gzip.open(folder / "documents" / "part-0000.jsonl.gz", "wt") as f:
+        for i, text in enumerate(docs):
+            f.write(json.dumps({"id": f"d{i}", "text": text, "source": "bench", "added": "2026-01-01T00:00:00.000Z",
+                                "created": "2026-01-01T00:00:00.000Z", "metadata": {}}) + "\n")
+    return {"documents": len(docs), "exact_copies": n - n_orig, "boilerplate_lines": inserted,
+            "chars": sum(len(d) for d in docs)}
+
+
+def _child_cpu(cmd: list[str], cwd: Path | None = None, env=None) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if r.returncode:
+        raise RuntimeError(f"{' '.join(cmd[:4])}... failed:\n{r.stderr[-2000:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+# ------------------------------------------------------------------------------------------ cuvee
+def cuvee_run(corpus: Path, op: str | None, work: Path) -> tuple[float, dict]:
+    """``cuvee run`` of read JSONL -> [stage] -> write JSONL, in a fresh interpreter; CPU s and the funnel."""
+    run_dir = work / f"cuvee_{(op or 'baseline').replace('/', '_').replace(' ', '_')}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    recipe = {"name": "bench_dolma", "run_dir": str(run_dir),
+              "input": {"paths": [str(corpus / "documents")], "format": "jsonl"},
+              "stages": [CUVEE_STAGES[op]] if op else [],
+              "output": {"format": "jsonl"}, "executor": {"kind": "local", "tasks": 1, "workers": 1}}
+    rf = work / "recipe.json"
+    rf.write_text(json.dumps(recipe))
+    code = ("import json,sys; from cuvee.pipeline.runner import run_recipe; "
+            f"run_recipe(json.load(open({str(rf)!r})))")
+    cpu = _child_cpu([sys.executable, "-c", code], cwd=REPO)
+    stats = json.loads((run_dir / "stats.json").read_text())
+    st = [s for s in stats["stages"] if s["name"] not in ("reader",)]
+    info = {"kept": stats["accounting"]["kept"], "dropped": dict(stats["accounting"]["by_reason"])}
+    if op == "paragraph/line":
+        c = next(s for s in st if s["name"] == "line_dedup")["counters"]
+        info["lines_removed"] = c.get("lines_removed", 0)
+    return cpu, info
+
+
+# ------------------------------------------------------------------------------------------ Dolma
+def dolma_run(dolma: str, corpus: Path, op: str, work: Path) -> tuple[float, dict]:
+    """Dolma on a private copy of the corpus (it skips outputs that exist, so every run starts clean)."""
+    root = work / f"dolma_{op.replace('/', '_').replace(' ', '_')}"
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(corpus / "documents", root / "documents")
+    docs = str(root / "documents" / "*.jsonl.gz")
+    bloom = ["--bloom_filter.file", str(root / "bloom.bin"), "--no-bloom_filter.read_only",
+             "--bloom_filter.estimated_doc_count", "1000000", "--bloom_filter.desired_false_positive_rate", "0.0001"]
+    if op == "exact":
+        cmd = [dolma, "dedupe", "--documents", docs, "--dedupe.name", "exact", "--dedupe.documents.key", "$.text",
+               "--dedupe.documents.attribute_name", "bff_duplicate_doc", *bloom, "--processes", "1"]
+    elif op == "paragraph/line":
+        cmd = [dolma, "dedupe", "--documents", docs, "--dedupe.name", "para",
+               "--dedupe.paragraphs.attribute_name", "bff_duplicate_paragraph_spans", *bloom, "--processes", "1"]
+    else:
+        cmd = [dolma, "tag", "--documents", docs, "--experiment", "bench", "--taggers", "c4_v2", "--processes", "1"]
+    cpu = _child_cpu(cmd, cwd=root)
+    spans, docs_flagged, attrs = 0, 0, {}
+    for f in (root / "attributes").rglob("*.jsonl.gz"):
+        with gzip.open(f, "rt") as fh:
+            for line in fh:
+                row = json.loads(line)
+                flagged = False
+                for k, v in row.get("attributes", {}).items():
+                    n = len(v) if isinstance(v, list) else 0
+                    attrs[k.rsplit("__", 1)[-1]] = attrs.get(k.rsplit("__", 1)[-1], 0) + n
+                    spans += n
+                    flagged |= n > 0
+                docs_flagged += flagged
+    return cpu, {"docs_with_spans": docs_flagged, "spans": spans, "by_attribute": attrs}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dolma", default="/tmp/dolma-venv/bin/dolma")
+    ap.add_argument("--docs", type=int, default=3000)
+    ap.add_argument("--tiny", type=int, default=30)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--ops", default="exact,paragraph/line,c4 rules")
+    args = ap.parse_args()
+    if not Path(args.dolma).exists():
+        sys.exit(f"no {args.dolma}: python -m venv /tmp/dolma-venv && /tmp/dolma-venv/bin/pip install dolma")
+    work = Path(tempfile.mkdtemp(prefix="cuvee_bench_dolma_"))
+    big, tiny = work / "big", work / "tiny"
+    info = build_corpus(big, args.docs)
+    build_corpus(tiny, args.tiny, seed=1)
+    ops = args.ops.split(",")
+    version = subprocess.run([str(Path(args.dolma).parent / "python"), "-c",
+                              "import importlib.metadata as m; print(m.version('dolma'))"], capture_output=True,
+                             text=True).stdout.strip()
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')} dolma {version}; corpus {info}; runs={args.runs}; "
+          f"load {open('/proc/loadavg').read().split()[:3]}")
+    cpu: dict[tuple, list[float]] = {}
+    decisions: dict[tuple, dict] = {}
+    for r in range(args.runs):
+        for corpus_name, corpus in (("big", big), ("tiny", tiny)):
+            c, i = cuvee_run(corpus, None, work)
+            cpu.setdefault(("cuvee", "baseline", corpus_name), []).append(c)
+            for op in ops:
+                c, i = cuvee_run(corpus, op, work)
+                cpu.setdefault(("cuvee", op, corpus_name), []).append(c)
+                decisions[("cuvee", op, corpus_name)] = i
+                c, i = dolma_run(args.dolma, corpus, op, work)
+                cpu.setdefault(("dolma", op, corpus_name), []).append(c)
+                decisions[("dolma", op, corpus_name)] = i
+        print(f"  run {r + 1} done: " + ", ".join(f"{k[0]}/{k[1]}/{k[2]} {v[-1]:.2f}s" for k, v in cpu.items()), flush=True)
+    n = info["documents"] - args.tiny
+    med = {k: statistics.median(v) for k, v in cpu.items()}
+
+    def per_k(tool, op, i=None):
+        """CPU s per 1,000 documents, start-up excluded; i: one run's value instead of the median."""
+        pick = (lambda k: cpu[k][i]) if i is not None else (lambda k: med[k])
+        if tool == "cuvee":
+            m_big = pick(("cuvee", op, "big")) - pick(("cuvee", "baseline", "big"))
+            m_tiny = pick(("cuvee", op, "tiny")) - pick(("cuvee", "baseline", "tiny"))
+            return (m_big - m_tiny) / n * 1000
+        return (pick(("dolma", op, "big")) - pick(("dolma", op, "tiny"))) / n * 1000
+
+    print("\n| operation | tool | CPU s per 1k docs, start-up excluded: median of runs [min-max] | start-up CPU s | what it removes |")
+    print("|---|---|---|---|---|")
+    for op in ops:
+        for tool in ("dolma", "cuvee"):
+            runs = [per_k(tool, op, i) for i in range(args.runs)]
+            start = (med[(tool, op, "tiny")] - (med[("cuvee", "baseline", "tiny")] if tool == "cuvee" else 0))
+            d = decisions[(tool, op, "big")]
+            if tool == "cuvee":
+                what = f"kept {d['kept']}, dropped {d['dropped']}" + (f", lines removed {d['lines_removed']}" if "lines_removed" in d else "")
+            else:
+                what = f"{d['docs_with_spans']} docs with spans, {d['by_attribute']}"
+            print(f"| {op} | {tool} | {statistics.median(runs):.3f} [{min(runs):.3f}-{max(runs):.3f}] | {start:.2f} | {what} |")
+    print(f"\ncuvee baseline (read JSONL -> write JSONL, not charged to the stages): "
+          f"{(med[('cuvee', 'baseline', 'big')] - med[('cuvee', 'baseline', 'tiny')]) / n * 1000:.3f} s per 1k docs; "
+          f"start-up {med[('cuvee', 'baseline', 'tiny')]:.2f} s")
+    print(f"load after: {open('/proc/loadavg').read().split()[:3]}")
+
+
+if __name__ == "__main__":
+    main()
