@@ -1,0 +1,119 @@
+"""Time, peak memory and bytes written of the dedup stages at scale (100k and 1M documents, one machine).
+
+Documents: synthetic by recombination of real text (10-40 lines drawn from WCXB main-content lines of >= 4
+words and lingua's sentences; ~1.5 KB each), plus 5 % exact copies, so every stage has work. Each
+configuration is one ``cuvee run`` (JSONL in -> stage(s) -> JSONL out, executor local, ``--tasks``
+tasks and workers) in a fresh process, measured with GNU-time-like accounting: wall seconds, CPU seconds
+(process + children), peak RSS of the largest process (``ru_maxrss`` of children; the parent is separate)
+and bytes written under the run's ``work/`` folder (the dedup intermediates) and ``output/``.
+
+    python benchmarks/bench_dedup_scale.py --docs 100000,1000000 [--tasks 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+
+CONFIGS = {
+    "exact_dedup": [{"stage": "exact_dedup", "memory_budget_mb": 512}],
+    "line_dedup": [{"stage": "line_dedup", "bucket_size": 30_000_000, "memory_budget_mb": 512}],
+    "minhash_dedup": [{"stage": "minhash_dedup", "memory_budget_mb": 512, "write_index": False}],
+    "chain (exact -> line -> minhash)": [{"stage": "exact_dedup", "memory_budget_mb": 512},
+                                         {"stage": "line_dedup", "bucket_size": 30_000_000, "memory_budget_mb": 512},
+                                         {"stage": "minhash_dedup", "memory_budget_mb": 512, "write_index": False}],
+}
+
+
+def build(folder: Path, n: int, files: int, seed: int = 0) -> int:
+    from benchmarks._neardup_eval import lingua_sentences, real_page_texts
+
+    rng = random.Random(seed)
+    lines = [ln for t in real_page_texts() for ln in t.split("\n") if len(ln.split()) >= 4] + lingua_sentences()
+    folder.mkdir(parents=True, exist_ok=True)
+    outs = [gzip.open(folder / f"part_{k}.jsonl.gz", "wt", compresslevel=1) for k in range(files)]
+    recent: list[str] = []
+    size = 0
+    for i in range(n):
+        if recent and rng.random() < 0.05:
+            text = rng.choice(recent)
+        else:
+            text = "\n".join(rng.choices(lines, k=rng.randint(10, 40)))
+            recent.append(text)
+            if len(recent) > 1000:
+                recent.pop(0)
+        size += len(text)
+        outs[i % files].write(json.dumps({"text": text, "id": f"d{i}"}) + "\n")
+    for o in outs:
+        o.close()
+    return size
+
+
+def du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+
+
+def run(corpus: Path, stages: list, run_dir: Path, tasks: int) -> dict:
+    shutil.rmtree(run_dir, ignore_errors=True)
+    recipe = {"name": "scale", "run_dir": str(run_dir), "input": {"paths": [str(corpus)], "format": "jsonl"},
+              "stages": stages, "output": {"format": "jsonl"},
+              "executor": {"kind": "local", "tasks": tasks, "workers": tasks}}
+    rf = run_dir.parent / f"{run_dir.name}.json"
+    rf.write_text(json.dumps(recipe))
+    # written bytes are sampled while the run goes (intermediates are deleted by nothing, so the end state is the peak)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, "-c", "import json; from cuvee.pipeline.runner import run_recipe; "
+                        f"s = run_recipe(json.load(open({str(rf)!r}))); print(json.dumps(s['accounting']['kept']))"],
+                       cwd=REPO, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if r.returncode:
+        raise RuntimeError(r.stderr[-2000:])
+    return {"wall_s": wall, "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+            "max_rss_mb": after.ru_maxrss / 1024, "work_bytes": du(run_dir / "work"), "output_bytes": du(run_dir / "output"),
+            "kept": int(r.stdout.strip().splitlines()[-1])}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", default="100000,1000000")
+    ap.add_argument("--tasks", type=int, default=2)
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--work", default=str(HERE / "out" / "scale"))
+    args = ap.parse_args()
+    work = Path(args.work)
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')} tasks={args.tasks} load {open('/proc/loadavg').read().split()[:3]}; "
+          f"disk free {shutil.disk_usage(work.parent if work.parent.exists() else '/').free / 1e9:.0f} GB")
+    print("| docs | stages | wall s | CPU s | docs/s (wall) | peak RSS MB (largest process) | intermediates written | output | kept |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n in (int(x) for x in args.docs.split(",")):
+        corpus = work / f"corpus_{n}"
+        if not corpus.exists():
+            t = time.perf_counter()
+            chars = build(corpus, n, args.tasks)
+            print(f"(built {n} documents, {chars / 1e9:.2f} G chars, in {time.perf_counter() - t:.0f} s)", flush=True)
+        for name in args.configs.split(","):
+            res = run(corpus, CONFIGS[name], work / f"run_{n}", args.tasks)
+            print(f"| {n:,} | {name} | {res['wall_s']:.0f} | {res['cpu_s']:.0f} | {n / res['wall_s']:,.0f} | "
+                  f"{res['max_rss_mb']:.0f} | {res['work_bytes'] / 1e6:,.0f} MB | {res['output_bytes'] / 1e6:,.0f} MB | "
+                  f"{res['kept']:,} |", flush=True)
+        shutil.rmtree(work / f"run_{n}", ignore_errors=True)
+    print(f"load after: {open('/proc/loadavg').read().split()[:3]}")
+
+
+if __name__ == "__main__":
+    main()
