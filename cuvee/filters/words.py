@@ -295,25 +295,6 @@ class FastWordTokenizer(WordTokenizer):
             spans.append((start, len(text.rstrip()) if prev_end else len(text)))
         return spans
 
-    def _span_tokenize_reference(self, text: str) -> list[tuple[int, int]]:
-        """The token-by-token rule, kept as the reference the fast path is tested against."""
-        spans: list[tuple[int, int]] = []
-        start = 0
-        seen_period = False
-        prev_end = 0
-        for tok, a, b in self._token_spans(text):
-            in_punct = tok in SENTENCE_PUNCT
-            if seen_period and not in_punct and not _is_punct_token(tok):
-                spans.append((start, prev_end))
-                start = a
-                seen_period = False
-            elif in_punct:
-                seen_period = True
-            prev_end = b
-        if prev_end > start or not spans:
-            spans.append((start, len(text.rstrip()) if prev_end else len(text)))
-        return spans
-
     def sent_tokenize(self, text: str) -> list[str]:
         return [s for s in (text[a:b].strip() for a, b in self.span_tokenize(text)) if s]
 
