@@ -189,9 +189,11 @@ def test_second_process_on_a_locked_run_folder_is_refused(tmp_path):
 
 def test_stale_tmp_files_are_cleaned_on_resume(tmp_path):
     make_jsonl(tmp_path / "in", n_files=2, per_file=5)
-    data = recipe_dict(tmp_path, [{"stage": "exact_dedup"}], tasks=2)
+    # a filter before the dedup: the segment cannot be replayed cheaply, so it writes an intermediate copy
+    data = recipe_dict(tmp_path, [{"stage": "length", "min_chars": 1}, {"stage": "exact_dedup"}], tasks=2)
     path = write_recipe(tmp_path, data)
     run_recipe(path)
+    assert (tmp_path / "run" / "work" / "seg00" / "00001.jsonl").exists()
     stale = tmp_path / "run" / "work" / "seg00" / ".00001.jsonl.tmp"
     stale.write_bytes(b'{"text": "half a rec')
     run_recipe(path)

@@ -166,7 +166,29 @@ def declared_metadata(recipe: Recipe) -> dict[str, str]:
     return out
 
 
+COPY_FREE = True  # dedup barriers re-read and replay instead of writing a corpus copy where that is exact
+
+
+def _replayable(built: Barrier) -> bool:
+    """A barrier can go without a corpus copy when its ``before`` steps only record (documents pass through
+    unchanged) and its ``after`` steps are deterministic functions of the phases' files (dedup filters)."""
+    from cuvee.dedup.line_dedup import LineDedupFilter
+    from cuvee.dedup.steps import DropListed, RecordingStep
+
+    return (all(isinstance(s, RecordingStep) for s in built.before)
+            and all(isinstance(s, (DropListed, LineDedupFilter)) for s in built.after))
+
+
 def compile_recipe(recipe: Recipe, run_dir: Path | None = None) -> list[Job]:
+    """The recipe's jobs: segments of per-document steps cut at every barrier, and the barriers' phases.
+
+    After a barrier, the next segment needs the documents as they were at the cut. Normally the segment
+    writes them to an intermediate copy. Where that stream can be regenerated exactly and cheaply (no stage
+    since the last copy or the input changed documents, except dedup filters that replay from their own
+    files), no copy is written: the next segment re-reads the input (or the last copy) and replays those
+    filters, labelled internal so their counts are not taken twice. Positions are checked against the ids
+    recorded at the cut (``PositionTracker``), so a replay that diverged would stop the run, not mislabel it.
+    """
     run_dir = Path(run_dir or recipe.resolved_run_dir())
     work_dir = run_dir / "work"
     logs = Path(recipe.logging_dir) if recipe.logging_dir else run_dir / "logs"
@@ -177,6 +199,10 @@ def compile_recipe(recipe: Recipe, run_dir: Path | None = None) -> list[Job]:
     seg = 0
     pipeline: list = _reader_steps(recipe)
     labels: list[tuple[str, str]] = [(READER, "reader")] * len(pipeline)
+    # how to regenerate the current segment's starting stream with fresh step objects, and whether every step
+    # added since then is replayable (a barrier's after-steps) or a pass-through recorder
+    replay = lambda: _reader_steps(recipe)  # noqa: E731
+    clean = True
 
     def close_segment() -> None:
         jobs.append(Job(f"seg{seg:02d}", "segment", pipeline, labels, tasks, workers, logs / f"seg{seg:02d}"))
@@ -194,19 +220,35 @@ def compile_recipe(recipe: Recipe, run_dir: Path | None = None) -> list[Job]:
         if isinstance(built, Barrier):
             pipeline.extend(built.before)
             labels.extend([(STAGE, label)] * len(built.before))
-            inter = work_dir / f"seg{seg:02d}"
-            pipeline.append(intermediate_writer(inter))
-            labels.append((INTERNAL, f"seg{seg:02d}.writer"))
+            copy_free = COPY_FREE and clean and _replayable(built)
+            if not copy_free:
+                inter = work_dir / f"seg{seg:02d}"
+                pipeline.append(intermediate_writer(inter))
+                labels.append((INTERNAL, f"seg{seg:02d}.writer"))
             close_segment()
             for ph in built.phases:
                 jobs.append(Job(f"{label}.{ph.name}", "phase", ph.pipeline, [(STAGE, label)] * len(ph.pipeline),
                                 ph.tasks, ph.workers, logs / f"{label}.{ph.name}"))
             seg += 1
-            pipeline = [intermediate_reader(inter)] + list(built.after)
-            labels = [(INTERNAL, f"seg{seg:02d}.reader")] + [(STAGE, label)] * len(built.after)
+            if copy_free:
+                start = replay()
+                labels = [(INTERNAL, f"seg{seg:02d}.replay")] * len(start)
+
+                def replay(prev=replay, spec=spec, params=entry.params, ctx=ctx):
+                    return prev() + list(spec.build(params, ctx).after)
+            else:
+                start = [intermediate_reader(inter)]
+                labels = [(INTERNAL, f"seg{seg:02d}.reader")]
+
+                def replay(inter=inter, spec=spec, params=entry.params, ctx=ctx):
+                    return [intermediate_reader(inter)] + list(spec.build(params, ctx).after)
+            pipeline = start + list(built.after)
+            labels += [(STAGE, label)] * len(built.after)
+            clean = _replayable(built)
         else:
             pipeline.extend(built)
             labels.extend([(STAGE, label)] * len(built))
+            clean = False
 
     pipeline.append(OutputSummary(recipe.output.route_by))
     labels.append((SUMMARY, "output"))
