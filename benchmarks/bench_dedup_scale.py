@@ -43,7 +43,9 @@ def build(folder: Path, n: int, files: int, seed: int = 0) -> int:
 
     rng = random.Random(seed)
     lines = [ln for t in real_page_texts() for ln in t.split("\n") if len(ln.split()) >= 4] + lingua_sentences()
-    folder.mkdir(parents=True, exist_ok=True)
+    final, folder = folder, folder.with_name(folder.name + ".partial")  # renamed into place when complete
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
     outs = [gzip.open(folder / f"part_{k}.jsonl.gz", "wt", compresslevel=1) for k in range(files)]
     recent: list[str] = []
     size = 0
@@ -59,6 +61,7 @@ def build(folder: Path, n: int, files: int, seed: int = 0) -> int:
         outs[i % files].write(json.dumps({"text": text, "id": f"d{i}"}) + "\n")
     for o in outs:
         o.close()
+    folder.rename(final)
     return size
 
 
@@ -85,7 +88,8 @@ def run(corpus: Path, stages: list, run_dir: Path, tasks: int) -> dict:
         raise RuntimeError(r.stderr[-2000:])
     return {"wall_s": wall, "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
             "max_rss_mb": after.ru_maxrss / 1024, "work_bytes": du(run_dir / "work"), "output_bytes": du(run_dir / "output"),
-            "kept": int(r.stdout.strip().splitlines()[-1])}
+            "kept": int(r.stdout.strip().splitlines()[-1]), "read": json.loads((run_dir / "stats.json").read_text())[
+                "accounting"]["records_read"]}
 
 
 def main() -> None:
@@ -110,7 +114,7 @@ def main() -> None:
             res = run(corpus, CONFIGS[name], work / f"run_{n}", args.tasks)
             print(f"| {n:,} | {name} | {res['wall_s']:.0f} | {res['cpu_s']:.0f} | {n / res['cpu_s']:,.0f} | "
                   f"{res['max_rss_mb']:.0f} | {res['work_bytes'] / 1e6:,.0f} MB | {res['output_bytes'] / 1e6:,.0f} MB | "
-                  f"{res['kept']:,} |", flush=True)
+                  f"{res['kept']:,} of {res['read']:,} read |", flush=True)
         shutil.rmtree(work / f"run_{n}", ignore_errors=True)
     print(f"load after: {open('/proc/loadavg').read().split()[:3]}")
 

@@ -326,3 +326,10 @@ def test_example_recipe_validates():
 
     r = load_recipe(REPO / "recipes/cc_snapshot.yaml")
     assert r.input.common_crawl.snapshot == SNAP and r.input.common_crawl.source == "https"
+
+
+def test_unreachable_base_is_not_reported_as_an_unknown_snapshot(tmp_path):
+    port = _free_port()  # nothing listens there
+    cc = {"snapshot": SNAP, "kind": "warc", "files": 1, "base_url": f"http://127.0.0.1:{port}/"}
+    with pytest.raises(RecipeError, match="cannot reach .*check the network"):
+        run_recipe(_recipe(tmp_path, "unreachable", cc, retries=0))

@@ -107,6 +107,10 @@ def _read_listing(cfg: CommonCrawlInput, policy: RetryPolicy) -> bytes:
     try:
         data = policy.call(fetch)
     except FileNotFoundError:
+        unreachable = _unreachable(url)
+        if unreachable:
+            raise ListingError(f"common_crawl: cannot reach {url} ({unreachable}); check the network, or use "
+                               f"base_url (a mirror) or paths_file (a listing on disk)") from None
         raise ListingError(f"common_crawl: no listing at {url} (unknown snapshot {cfg.snapshot!r} or kind "
                            f"{cfg.kind!r}? snapshot names look like CC-MAIN-2024-22)") from None
     except Exception as e:  # noqa: BLE001 - any other failure is reported in one line, before work
@@ -118,6 +122,24 @@ def _read_listing(cfg: CommonCrawlInput, policy: RetryPolicy) -> bytes:
         except (OSError, EOFError) as e:
             raise ListingError(f"common_crawl: listing {url} is not a valid gzip file ({e})") from None
     return data
+
+
+def _unreachable(url: str) -> str | None:
+    """Why an HTTP(S) server cannot be reached at all (fsspec reports that as a missing file), else None."""
+    if not url.startswith(("http://", "https://")):
+        return None
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    try:
+        urllib.request.urlopen(urllib.request.Request(f"{parts.scheme}://{parts.netloc}/", method="HEAD"), timeout=15)
+    except urllib.error.HTTPError:
+        return None  # the server answered: the listing itself is missing
+    except (urllib.error.URLError, OSError) as e:
+        return f"{type(getattr(e, 'reason', e)).__name__}: {getattr(e, 'reason', e)}"
+    return None
 
 
 def sample_indices(total: int, files: int | float, seed: int) -> list[int]:
