@@ -117,9 +117,9 @@ def validate(recipe):
         raise click.ClickException(f"invalid recipe:\n{e}")
     click.echo(f"{recipe}: OK ({len(r.stage_entries)} stages, {len(jobs)} jobs: {', '.join(j.name for j in jobs)})")
     if r.input.common_crawl is not None:
-        from cuvee.pipeline.crawl import expand
+        from cuvee.pipeline.plan import snapshot_sample
 
-        click.echo(f"input: {expand(r.input.common_crawl).describe(r.input.common_crawl)}")
+        click.echo(f"input: {snapshot_sample(r).describe(r.input.common_crawl)}")
     _report_run_folder(r)
 
 

@@ -141,8 +141,6 @@ class TopicParams(StageParams):
     key: str = "topic"
     keep: list[str] | None = Field(None, description="keep only documents tagged with these topics; default keep all")
 
-    def metadata_fields(self) -> dict[str, str]:
-        return {self.key: "string", f"{self.key}_score": "double"}
     label_thresholds: dict[str, float] | None = Field(None, description="model only: label -> minimum probability; "
                                                                         "below it the document gets default_label")
     default_label: str = Field("other", description="model only: label given when label_thresholds is not met")
@@ -169,6 +167,9 @@ class TopicParams(StageParams):
             if unknown := [k for k in self.keep if k not in known]:
                 raise ValueError(f"keep: unknown topics {unknown}; topics: {sorted(known)}")
         return self
+
+    def metadata_fields(self) -> dict[str, str]:
+        return {self.key: "string", f"{self.key}_score": "double"}
 
 
 @register_stage("topic", TopicParams)

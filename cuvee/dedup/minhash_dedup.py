@@ -156,13 +156,13 @@ class MinhashBuckets(PipelineStep):
         return gen
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
-        files = [rank_file(self.folder / "sigs", r, "meta") for r in range(self.source_tasks)]
-        files += [band_file(self.folder, b, r) for b in range(rank, self.config.num_bands, world_size)
-                  for r in range(self.source_tasks)]
-        missing = [str(f) for f in files if not f.exists()]
+        metas = [rank_file(self.folder / "sigs", r, "meta") for r in range(self.source_tasks)]
+        bands = [band_file(self.folder, b, r) for b in range(rank, self.config.num_bands, world_size)
+                 for r in range(self.source_tasks)]
+        missing = [str(f) for f in metas + bands if not f.exists()]
         if missing:
             raise FileNotFoundError(f"minhash: signatures missing (signature tasks not finished?): {missing[:3]}")
-        total = sum(f.stat().st_size for f in files[:self.source_tasks]) // DOC_META.itemsize
+        total = sum(f.stat().st_size for f in metas) // DOC_META.itemsize
         if self.index_dir is not None:
             self.index_dir.mkdir(parents=True, exist_ok=True)
             desc = json.dumps(index_description(self.config), indent=1)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-
 from typing import Literal
 
 from datatrove.pipeline.filters.base_filter import BaseFilter

@@ -104,14 +104,10 @@ def check_inputs(recipe: Recipe) -> None:
 def _reader_steps(recipe: Recipe) -> list:
     inp = recipe.input
     if inp.common_crawl is not None:
-        from cuvee.pipeline.crawl import ListingError, expand
-        from cuvee.pipeline.plan import input_retry_policy
+        from cuvee.pipeline.plan import snapshot_sample
         from cuvee.pipeline.readers import UrlListReader
 
-        try:
-            sample = expand(inp.common_crawl, input_retry_policy(recipe))
-        except ListingError as e:
-            raise RecipeError(f"input.{e}") from None
+        sample = snapshot_sample(recipe)
         return [UrlListReader(list(sample.urls), fmt=inp.reader_format(), storage_options=inp.common_crawl.storage_options,
                               limit=inp.limit, max_record_bytes=inp.max_record_bytes, retries=inp.retries,
                               backoff_s=inp.backoff_s)]

@@ -123,8 +123,10 @@ def _total(v) -> int:
 
 def job_progress(job) -> dict:
     """Finished tasks of a job and, from their stats files, documents read / kept / dropped."""
+    from cuvee.pipeline.executors import job_completed_ranks
+
     logs = Path(job.logging_dir)
-    done = sum(1 for _ in (logs / "completions").iterdir()) if (logs / "completions").exists() else 0
+    done = job_completed_ranks(job)
     read = kept = 0
     for f in (logs / "stats").glob("*.json") if (logs / "stats").exists() else ():
         try:
@@ -147,20 +149,33 @@ class PhaseProgress:
         self._thread = None
         self._bars: dict[str, object] = {}
         self._t0: dict[str, float] = {}
+        self._finished: dict[str, dict] = {}  # progress of jobs whose tasks all finished: never changes again
+
+    def _progress(self, job) -> dict:
+        if job.name in self._finished:
+            return self._finished[job.name]
+        p = job_progress(job)
+        if p["done"] >= job.tasks:
+            self._finished[job.name] = p
+        return p
+
+    @staticmethod
+    def _docs(job, p: dict, took: float) -> str:
+        if job.kind != "segment" or not p["read"]:
+            return ""
+        return (f"{p['read']:,} docs read, {p['kept']:,} kept, {p['read'] - p['kept']:,} dropped, "
+                f"{p['read'] / max(1e-9, took):,.0f} docs/s")
 
     def _line(self, job, p: dict) -> str:
         took = time.perf_counter() - self._t0.get(job.name, time.perf_counter())
-        docs = ""
-        if job.kind == "segment" and p["read"]:
-            docs = (f", {p['read']:,} docs read, {p['kept']:,} kept, {p['read'] - p['kept']:,} dropped, "
-                    f"{p['read'] / max(1e-9, took):,.0f} docs/s")
-        return f"{job.name}: {p['done']}/{job.tasks} tasks{docs}, {took:.1f} s"
+        docs = self._docs(job, p, took)
+        return f"{job.name}: {p['done']}/{job.tasks} tasks{', ' + docs if docs else ''}, {took:.1f} s"
 
     def _update_plain(self, final: bool) -> None:
         """Not a terminal (CI logs, pipes): one line per phase when it ends, no redraws."""
         for job in self.jobs:
             self._t0.setdefault(job.name, time.perf_counter())
-            p = job_progress(job)
+            p = self._progress(job)
             if p["done"] >= job.tasks or final:
                 if job.name not in self._bars:
                     self._bars[job.name] = True
@@ -174,31 +189,20 @@ class PhaseProgress:
             return self._update_plain(final)
         from tqdm import tqdm
 
-        for job in self.jobs:
-            p = job_progress(job)
+        for job in self.jobs:  # a job is reached only once every job before it has finished
+            p = self._progress(job)
             bar = self._bars.get(job.name)
             if bar is None:
-                if p["done"] == 0 and not final and not self._all_before_done(job):
-                    break  # later jobs have not started
                 self._t0[job.name] = time.perf_counter()
                 bar = self._bars[job.name] = tqdm(total=job.tasks, desc=f"{job.name:<28.28}", unit="task",
                                                   file=self.stream, leave=True, dynamic_ncols=True)
             bar.n = p["done"]
-            if job.kind == "segment" and p["read"]:
-                rate = p["read"] / max(1e-9, time.perf_counter() - self._t0[job.name])
-                bar.set_postfix_str(f"{p['read']:,} docs read, {p['kept']:,} kept, {p['read'] - p['kept']:,} dropped, "
-                                    f"{rate:,.0f} docs/s", refresh=False)
+            docs = self._docs(job, p, time.perf_counter() - self._t0[job.name])
+            if docs:
+                bar.set_postfix_str(docs, refresh=False)
             bar.refresh()
             if p["done"] < job.tasks:
                 break
-
-    def _all_before_done(self, job) -> bool:
-        for j in self.jobs:
-            if j is job:
-                return True
-            if job_progress(j)["done"] < j.tasks:
-                return False
-        return True
 
     def __enter__(self):
         if self.enabled:

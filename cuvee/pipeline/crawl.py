@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cuvee.pipeline.remote import RetryPolicy
 
@@ -64,13 +64,11 @@ class CommonCrawlInput(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _base(cls, v):
-        return v if v is None or v.endswith("/") else v + "/"
-
-    @model_validator(mode="after")
-    def _source_matches_base(self):
-        if self.base_url and "://" not in self.base_url:
+        if v is None:
+            return v
+        if "://" not in v:
             raise ValueError("base_url must be a URL (https://..., http://..., s3://...)")
-        return self
+        return v if v.endswith("/") else v + "/"
 
     def base(self) -> str:
         return self.base_url or DEFAULT_BASES[self.source]

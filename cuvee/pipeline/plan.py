@@ -40,12 +40,7 @@ def input_files(recipe: Recipe) -> list[dict[str, Any]]:
 
     cc = recipe.input.common_crawl
     if cc is not None:
-        from cuvee.pipeline.crawl import ListingError, expand
-
-        try:
-            sample = expand(cc, input_retry_policy(recipe))
-        except ListingError as e:
-            raise RecipeError(f"input.{e}") from None
+        sample = snapshot_sample(recipe)
         return [{"path": f"common_crawl:{cc.snapshot}/{cc.kind}", "listing": sample.listing,
                  "listing_sha256": sample.listing_sha256, "listing_files": sample.total,
                  "files": [[u, None] for u in sample.urls]}]
@@ -59,10 +54,15 @@ def input_files(recipe: Recipe) -> list[dict[str, Any]]:
     return out
 
 
-def input_retry_policy(recipe: Recipe):
+def snapshot_sample(recipe: Recipe):
+    """The recipe's ``common_crawl`` sample (listing read once per process), or a RecipeError saying why not."""
+    from cuvee.pipeline.crawl import ListingError, expand
     from cuvee.pipeline.remote import RetryPolicy
 
-    return RetryPolicy(recipe.input.retries, recipe.input.backoff_s)
+    try:
+        return expand(recipe.input.common_crawl, RetryPolicy(recipe.input.retries, recipe.input.backoff_s))
+    except ListingError as e:
+        raise RecipeError(f"input.{e}") from None
 
 
 def binding_recipe(recipe: Recipe) -> dict[str, Any]:

@@ -319,12 +319,14 @@ class CommonCrawlReader(BaseDiskReader):
         byte reached after a cut connection or a 5xx, counted as ``read_retries``)."""
         from fsspec.implementations.local import LocalFileSystem
 
-        from cuvee.pipeline.remote import RetryingFile, RetryPolicy
-
         if isinstance(self.data_folder.fs, LocalFileSystem):
             return self.data_folder.open(filepath, "rb", compression=None)
-        return RetryingFile(lambda: self.data_folder.open(filepath, "rb", compression=None),
-                            RetryPolicy(self.retries, self.backoff_s), self._count_retry, name=filepath)
+        return self._retrying(lambda: self.data_folder.open(filepath, "rb", compression=None), filepath)
+
+    def _retrying(self, opener, name: str):
+        from cuvee.pipeline.remote import RetryingFile, RetryPolicy
+
+        return RetryingFile(opener, RetryPolicy(self.retries, self.backoff_s), self._count_retry, name=name)
 
     def _count_retry(self, exc: BaseException) -> None:
         self.stat_update("read_retries")
@@ -995,12 +997,9 @@ class UrlListReader(CommonCrawlReader):
     def _open(self, filepath: str):
         import fsspec
 
-        from cuvee.pipeline.remote import RetryingFile, RetryPolicy
-
         opts = self.storage_options if "://" in filepath else {}
         fs, path = fsspec.core.url_to_fs(filepath, **opts)
-        return RetryingFile(lambda: fs.open(path, "rb"), RetryPolicy(self.retries, self.backoff_s),
-                            self._count_retry, name=filepath)
+        return self._retrying(lambda: fs.open(path, "rb"), filepath)
 
 
 def make_reader(

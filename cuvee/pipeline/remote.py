@@ -81,6 +81,7 @@ class RetryingFile:
         self._on_retry = on_retry
         self.name = name
         self._pos = 0
+        self._broken = False
         self._f = policy.call(opener, on_retry)
 
     def _reopen(self) -> None:
@@ -93,23 +94,19 @@ class RetryingFile:
             self._f.seek(self._pos)
 
     def read(self, n: int = -1) -> bytes:
-        for attempt in range(self._policy.retries + 1):
+        def attempt() -> bytes:
+            if self._broken:  # the last attempt failed: a fresh handle at the byte reached (may fail too)
+                self._reopen()
+                self._broken = False
             try:
                 data = self._f.read(n)
-                self._pos += len(data)
-                return data
-            except Exception as e:  # noqa: BLE001 - classified below
-                if attempt >= self._policy.retries or not is_transient(e):
-                    raise
-                if self._on_retry:
-                    self._on_retry(e)
-                self._policy.sleep(attempt)
-                try:
-                    self._reopen()
-                except Exception as e2:  # noqa: BLE001 - a failed reopen is one more attempt
-                    if not is_transient(e2):
-                        raise
-        raise AssertionError("unreachable")
+            except Exception:
+                self._broken = True
+                raise
+            self._pos += len(data)
+            return data
+
+        return self._policy.call(attempt, self._on_retry)
 
     def seek(self, offset: int, whence: int = 0) -> int:
         if whence != 0:
@@ -138,7 +135,3 @@ class RetryingFile:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def is_remote(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")

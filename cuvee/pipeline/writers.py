@@ -94,10 +94,11 @@ def _jsonl_adapter(self, doc: Document) -> dict:
     return {"text": doc.text, "id": str(doc.id), "metadata": clean_metadata(doc.metadata)}
 
 
-def parquet_schema(metadata_fields: dict[str, str] | None = None):
+def parquet_schema(fields: dict[str, str] | None = None):
+    """The output schema for the run's metadata struct ``fields`` (from :func:`metadata_struct_fields`)."""
     import pyarrow as pa
 
-    fields = metadata_struct_fields(metadata_fields) if metadata_fields is None else metadata_fields
+    fields = metadata_struct_fields() if fields is None else fields
     types = {"string": pa.string(), "double": pa.float64(), "int64": pa.int64(), "bool": pa.bool_()}
     struct = pa.struct([(k, types[t]) for k, t in fields.items()] + [(OTHER_FIELD, pa.string())])
     return pa.schema(
@@ -178,13 +179,15 @@ class CuveeJsonlWriter(JsonlWriter):
 
 
 class CuveeParquetWriter(ParquetWriter):
-    """Parquet writer whose ``route_by`` never fails on a missing key (see ``CuveeJsonlWriter``)."""
+    """Parquet writer whose ``route_by`` never fails on a missing key (see ``CuveeJsonlWriter``) and whose schema
+    is the run's: ``metadata_fields`` are the keys the recipe's stages declare."""
 
     def __init__(self, output_folder, output_filename: str, route_key: str | None = None,
                  metadata_fields: dict[str, str] | None = None, **kwargs):
-        super().__init__(output_folder, output_filename=output_filename, **kwargs)
+        fields = metadata_struct_fields(metadata_fields)
+        super().__init__(output_folder, output_filename=output_filename, schema=parquet_schema(fields), **kwargs)
         self.route_key = route_key
-        self.metadata_fields = metadata_struct_fields(metadata_fields)
+        self.metadata_fields = fields
 
     def write(self, document: Document, rank: int = 0, **kwargs):
         if self.route_key:
@@ -205,10 +208,8 @@ def output_writer(path: str, fmt: str, route_by: str | None = None, metadata_fie
     ``metadata_fields``: the keys the recipe's stages declare (typed Parquet struct fields)."""
     prefix = f"${{{route_by}}}/" if route_by else ""
     if fmt == "parquet":
-        fields = metadata_struct_fields(metadata_fields)
         return CuveeParquetWriter(path, output_filename=prefix + "${rank}.parquet", route_key=route_by,
-                                  metadata_fields=metadata_fields, adapter=_parquet_adapter,
-                                  schema=parquet_schema(fields), compression="zstd")
+                                  metadata_fields=metadata_fields, adapter=_parquet_adapter, compression="zstd")
     return CuveeJsonlWriter(path, output_filename=prefix + "${rank}.jsonl.gz", route_key=route_by,
                             adapter=_jsonl_adapter)
 
