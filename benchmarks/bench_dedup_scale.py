@@ -4,7 +4,7 @@ Documents: synthetic by recombination of real text (10-40 lines drawn from WCXB 
 words and lingua's sentences; ~1.5 KB each), plus 5 % exact copies, so every stage has work. Each
 configuration is one ``cuvee run`` (JSONL in -> stage(s) -> JSONL out, executor local, ``--tasks`` tasks run
 one after the other by one worker, so the whole run is one process) in a fresh process: wall seconds, CPU
-seconds and peak RSS of that process (getrusage of the reaped child), and bytes left under the run's
+seconds and peak RSS of that process (``os.wait4`` of that child alone, see ``_child.py``), and bytes left under the run's
 ``work/`` folder (the dedup intermediates) and ``output/``.
 
     python benchmarks/bench_dedup_scale.py --docs 100000,1000000 [--tasks 2]
@@ -17,9 +17,7 @@ import gzip
 import json
 import os
 import random
-import resource
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,6 +25,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE))
+from _child import run_child  # noqa: E402
 
 CONFIGS = {
     "exact_dedup": [{"stage": "exact_dedup", "memory_budget_mb": 512}],
@@ -76,18 +76,11 @@ def run(corpus: Path, stages: list, run_dir: Path, tasks: int) -> dict:
               "executor": {"kind": "local", "tasks": tasks, "workers": 1}}
     rf = run_dir.parent / f"{run_dir.name}.json"
     rf.write_text(json.dumps(recipe))
-    # written bytes are sampled while the run goes (intermediates are deleted by nothing, so the end state is the peak)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-c", "import json; from cuvee.pipeline.runner import run_recipe; "
-                        f"s = run_recipe(json.load(open({str(rf)!r}))); print(json.dumps(s['accounting']['kept']))"],
-                       cwd=REPO, capture_output=True, text=True)
+    r = run_child([sys.executable, "-c", "import json; from cuvee.pipeline.runner import run_recipe; "
+                   f"s = run_recipe(json.load(open({str(rf)!r}))); print(json.dumps(s['accounting']['kept']))"], cwd=REPO)
     wall = time.perf_counter() - t
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if r.returncode:
-        raise RuntimeError(r.stderr[-2000:])
-    return {"wall_s": wall, "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
-            "max_rss_mb": after.ru_maxrss / 1024, "work_bytes": du(run_dir / "work"), "output_bytes": du(run_dir / "output"),
+    return {"wall_s": wall, "cpu_s": r.cpu_s, "max_rss_mb": r.max_rss_mb, "work_bytes": du(run_dir / "work"), "output_bytes": du(run_dir / "output"),
             "kept": int(r.stdout.strip().splitlines()[-1]), "read": json.loads((run_dir / "stats.json").read_text())[
                 "accounting"]["records_read"]}
 

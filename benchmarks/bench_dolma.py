@@ -29,7 +29,6 @@ import argparse
 import gzip
 import json
 import random
-import resource
 import shutil
 import statistics
 import subprocess
@@ -41,6 +40,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE))
+from _child import run_child  # noqa: E402
 
 CUVEE_STAGES = {
     "exact": {"stage": "exact_dedup"},
@@ -75,13 +76,8 @@ def build_corpus(folder: Path, n: int, seed: int = 0) -> dict:
             "chars": sum(len(d) for d in docs)}
 
 
-def _child_cpu(cmd: list[str], cwd: Path | None = None, env=None) -> float:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    r = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if r.returncode:
-        raise RuntimeError(f"{' '.join(cmd[:4])}... failed:\n{r.stderr[-2000:]}")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+def _child_cpu(cmd: list[str], cwd: Path | None = None) -> float:
+    return run_child(cmd, cwd=cwd).cpu_s
 
 
 # ------------------------------------------------------------------------------------------ cuvee

@@ -11,23 +11,22 @@ Variants, each in a fresh interpreter, one task / one worker (LocalPipelineExecu
   cascade    as cuvee, plus ``cc_language_prefilter`` (languages [en]) right before ``extract``
   ...        --variants also accepts cuvee_dedup (extract.deduplicate: false)
 
-Input ("cc-like", roughly half non-English as Common Crawl):
+Input, real pages only by default:
   * real Common Crawl records: CC-MAIN-2020-34 excerpt (16 pages, multilingual, with CC's CLD2 metadata records),
     CC-MAIN-2024-22 page, 2008-09 CC ARC records re-wrapped as WARC responses;
   * resiliparse's clueweb-quirk WARC (29 Japanese pages) and Dolma's browsertrix sample WARCs;
-  * ScrapingHub benchmark pages (181, English) and the first --wcxb-english WCXB test pages (English),
-    wrapped into WARC response records;
-  * SYNTHETIC non-English pages: the next --translated WCXB test pages with every text run of >= 4 words replaced by
-    real sentences of one language from lingua's test set (/work/shared/data/langid_lingua/sentences), cycling
-    through the 66 non-English languages lid.176 supports: real page structure, weight and boilerplate (short menu
-    items and buttons stay English, as on many non-English sites), non-English content.
+  * ScrapingHub benchmark pages (181, English) and the first --wcxb-english WCXB test pages (default all 511,
+    mostly English), wrapped into WARC response records;
+  * only with --translated N: SYNTHETIC non-English pages (the next N WCXB test pages with every text run of
+    >= 4 words replaced by real sentences of one language from lingua's test set), as earlier runs used.
 Only the CC-MAIN-2020-34 records carry CC's CLD2 metadata; every other page goes through the cascade's
 resiliparse + fastText fallback (real CC WARCs have CLD2 metadata for every response, so this is the harder case).
 
 CPU time = getrusage(SELF) + getrusage(CHILDREN) of the variant's process (datatrove's extractor sandbox is a
 child process), which is less sensitive to other jobs on a shared machine than wall time.
 
-    python benchmarks/bench_pipeline_throughput.py [--data /work/shared/data] [--variants datatrove,cuvee,cascade]
+    python benchmarks/bench_pipeline_throughput.py --peer-python /tmp/dt-peer/bin/python [--repeats 3]
+        [--data /work/shared/data] [--variants datatrove,cuvee,cascade] [--profile]
 """
 
 from __future__ import annotations
@@ -124,7 +123,7 @@ def build_input(data: Path, folder: Path, wcxb_english: int, translated: int, se
 
     pages = [Page(f"{url_of(f)}#wcxb-{f.name[:-8]}", gzip.decompress(f.read_bytes())) for f in files[:wcxb_english]]
     write_warc(str(folder / "wcxb-en.warc.gz"), pages)
-    counts["WCXB test (English)"] = len(pages)
+    counts["WCXB test pages (real, mostly English)"] = len(pages)
     # synthetic non-English pages on real page structure
     sent_dir = data / "langid_lingua" / "sentences"
     langs = sorted(p.stem for p in sent_dir.glob("*.txt") if p.stem not in LID176_UNSUPPORTED | {"en"})
@@ -138,8 +137,9 @@ def build_input(data: Path, folder: Path, wcxb_english: int, translated: int, se
         body = translate_page(gzip.decompress(f.read_bytes()), pool[lang], rng, lang)
         host = url_of(f).split("/")[2] if "://" in url_of(f) else "wcxb.local"
         pages.append(Page(f"http://{lang}.{host}/{f.name[:-8]}", body))
-    write_warc(str(folder / "synthetic-non-english.warc.gz"), pages)
-    counts[f"synthetic non-English ({len(set(langs[:len(pages)]))} languages)"] = len(pages)
+    if pages:  # none by default: real pages only
+        write_warc(str(folder / "synthetic-non-english.warc.gz"), pages)
+        counts[f"synthetic non-English ({len(set(langs[:len(pages)]))} languages)"] = len(pages)
     return counts
 
 
