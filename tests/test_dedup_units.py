@@ -5,7 +5,8 @@ import re
 import numpy as np
 import pytest
 
-from cuvee.dedup import native
+from cuvee.dedup import native, native_lines
+from cuvee.dedup.line_dedup import distinct_per_document
 from cuvee.dedup.minhash import MinHashConfig, MinHasher
 from cuvee.dedup.spill import key_partitions
 from cuvee.dedup.text import normalize_line, normalize_lines, normalize_text, normalize_url, words
@@ -165,6 +166,45 @@ def test_normalize_lines_equals_line_by_line():
     texts = list(real_texts()[:200]) + TRICKY + ["ΟΔΟΣ ΣΑΣ\nΟΔΟΣ\r\nCafé\n\n  x  \n"]
     for t in texts:
         assert normalize_lines(t) == [normalize_line(x) for x in t.split("\n")]
+
+
+LINE_TRICKY = TRICKY + ["한국어 텍스트\n٣٤ ১২ x\x1cy\x0bz\r\n\ud800 ok", "\n\n", " _a_b_ ", "ﬀ Å Ǆ ẞ ᾈ",
+                        "x\u0344y\u0f73z", "Ⅻ ½ ²\n\u3000full\u3000width\u3000"]
+
+
+def test_compiled_line_hashes_equal_python_normalisation():
+    texts = list(real_texts()[:300]) + LINE_TRICKY
+    hashes, n_lines = native_lines.line_hashes_of(texts)
+    assert n_lines.tolist() == [t.count("\n") + 1 for t in texts]
+    ref = [native_lines.reference_line_hash(x) for t in texts for x in normalize_lines(t)]
+    assert hashes.tolist() == ref
+    # equal normalised lines, equal hashes; blank or punctuation-only lines are 0 (never removed)
+    a, _ = native_lines.line_hashes_of(["Copyright © 2021, ACME Inc.\n ... \nCafé déjà-vu!"])
+    b, _ = native_lines.line_hashes_of(["copyright 2023 acme inc\n\ncafe DEJA VU"])
+    assert a.tolist() == b.tolist() and a[1] == 0 and a[0] != 0
+
+
+def test_compiled_line_hashes_every_code_point():
+    """Every code point, on its own line and between letters, hashes as the Python normalisation says."""
+    every = np.arange(0x110000, dtype=np.uint32)
+    s = every[every != 10].tobytes().decode("utf-32-le", "surrogatepass")
+    lines = [s[i:i + 7] for i in range(0, len(s), 7)]
+    text = "\n".join(lines + ["a" + x + "b" for x in lines])
+    hashes, _ = native_lines.line_hashes_of([text])
+    assert hashes.tolist() == [native_lines.reference_line_hash(x) for x in normalize_lines(text)]
+    # the kernel treats every non-word character as a separator: valid because re's \s is str.isspace()
+    assert {m.start() for m in re.finditer(r"\s", s)} == {i for i, c in enumerate(s) if c.isspace()}
+
+
+def test_distinct_line_hashes_per_document():
+    rng = np.random.default_rng(0)
+    n_lines = rng.integers(0, 9, size=50).astype(np.uint32)
+    hashes = rng.integers(0, 4, size=int(n_lines.sum())).astype(np.uint64)
+    got, counts = distinct_per_document(hashes, n_lines)
+    starts = np.concatenate([[0], np.cumsum(n_lines, dtype=np.int64)])
+    want = [np.unique(h[h != 0]) for h in (hashes[starts[i]:starts[i + 1]] for i in range(len(n_lines)))]
+    assert counts.tolist() == [len(w) for w in want]
+    assert got.tolist() == np.concatenate(want).tolist()
 
 
 def _reference_drops(edges, lengths_by_rank, old_gid):

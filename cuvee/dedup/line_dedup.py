@@ -4,7 +4,8 @@ form occurs in at least k documents of the bucket (boilerplate: menus, cookie no
 Buckets are consecutive runs of N documents in (rank, position) order, so a bucket spans as many
 ranks as it needs. Pass 1 (recording) normalises and hashes every line once and stores two things per
 rank: the hashes to count (each distinct line once per document unless ``count_per_document`` is
-false) and the hash of every line in order (8 bytes per line). The phase counts the former per bucket
+false) and the hash of every line in order (8 bytes per line). Normalising and hashing is one compiled
+loop per batch (:mod:`cuvee.dedup.native_lines`), equal line by line to ``normalize_line`` + hash. The phase counts the former per bucket
 with the partitioned spill (memory within ``memory_budget_mb``) and writes the sorted hashes that
 reach k; the filter looks up the stored per-line hashes (no second normalisation) and removes those
 lines. Documents left empty, or with fewer than ``min_words`` words after a removal, are dropped with
@@ -17,7 +18,6 @@ from itertools import islice
 from pathlib import Path
 
 import numpy as np
-import xxhash
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
 from pydantic import Field
@@ -25,7 +25,8 @@ from pydantic import Field
 from cuvee.dedup.files import AtomicWriter, PositionTracker, load_array, rank_file
 from cuvee.dedup.spill import chunk_records, key_partitions
 from cuvee.dedup.steps import RecordingStep
-from cuvee.dedup.text import WORD_RE, normalize_lines
+from cuvee.dedup.native_lines import line_hashes_of
+from cuvee.dedup.text import WORD_RE
 from cuvee.pipeline.registry import Barrier, BuildContext, Phase, StageParams, register_stage
 
 HASH_RECORD = np.dtype([("h", "<u8")])
@@ -43,8 +44,19 @@ class LineDedupParams(StageParams):
 def line_hashes(text: str) -> np.ndarray:
     """Hash of the normalised form of each line of ``text`` (split on "\\n"); 0 marks lines that
     normalise to nothing (never removed)."""
-    h = xxhash.xxh3_64_intdigest
-    return np.fromiter(((h(n) | 1) if n else 0 for n in normalize_lines(text)), dtype=np.uint64)  # never 0 if n
+    return line_hashes_of([text])[0]
+
+
+def distinct_per_document(hashes: np.ndarray, n_lines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(each document's distinct non-zero hashes, sorted, concatenated in document order; count per document)."""
+    doc = np.repeat(np.arange(len(n_lines), dtype=np.int64), n_lines)
+    keep = hashes != 0
+    h, doc = hashes[keep], doc[keep]
+    order = np.lexsort((h, doc))
+    h, doc = h[order], doc[order]
+    first = np.ones(len(h), dtype=bool)
+    first[1:] = (h[1:] != h[:-1]) | (doc[1:] != doc[:-1])
+    return h[first], np.bincount(doc[first], minlength=len(n_lines)).astype(np.uint32)
 
 
 class LineHashRecorder(RecordingStep):
@@ -61,17 +73,19 @@ class LineHashRecorder(RecordingStep):
         self.n_lines = AtomicWriter(rank_file(self.folder / "lines", rank, "nlines.u32"))
 
     def record(self, batch: list) -> None:
-        per_doc, every = [], []
-        for doc in batch:
-            h = line_hashes(doc.text)
-            every.append(h)
-            h = h[h != 0]
-            per_doc.append(np.unique(h) if self.count_per_document else h)
-        self.counts.write(np.fromiter((len(h) for h in per_doc), dtype=np.uint32, count=len(per_doc)))
-        self.n_lines.write(np.fromiter((len(h) for h in every), dtype=np.uint32, count=len(every)))
-        if per_doc:
-            self.hashes.write(np.concatenate(per_doc))
-            self.all_lines.write(np.concatenate(every))
+        if not batch:
+            return
+        every, n_lines = line_hashes_of([doc.text for doc in batch])
+        if self.count_per_document:
+            counted, counts = distinct_per_document(every, n_lines)
+        else:
+            counted = every[every != 0]
+            doc = np.repeat(np.arange(len(batch)), n_lines)
+            counts = np.bincount(doc[every != 0], minlength=len(batch)).astype(np.uint32)
+        self.counts.write(counts)
+        self.n_lines.write(n_lines)
+        self.hashes.write(counted)
+        self.all_lines.write(every)
 
     def close(self, ok: bool) -> None:
         for w in (self.hashes, self.counts, self.all_lines, self.n_lines):
