@@ -196,6 +196,14 @@ def test_compiled_line_hashes_every_code_point():
     assert {m.start() for m in re.finditer(r"\s", s)} == {i for i, c in enumerate(s) if c.isspace()}
 
 
+def test_normalize_text_equals_regex_definition():
+    """normalize_text uses str.split(): the same text as re.sub(r"\\s+", " ", ...).strip() on every whitespace."""
+    spaces = "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
+    texts = list(real_texts()[:300]) + LINE_TRICKY + [spaces, "a" + spaces + "B", "x".join(spaces), ""]
+    for t in texts:
+        assert normalize_text(t) == re.sub(r"\s+", " ", t.lower()).strip()
+
+
 def test_distinct_line_hashes_per_document():
     rng = np.random.default_rng(0)
     n_lines = rng.integers(0, 9, size=50).astype(np.uint32)

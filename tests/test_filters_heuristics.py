@@ -122,3 +122,50 @@ def test_bad_params_are_rejected_at_validation():
         get_stage("fineweb_quality").params(line_punct_thr=2)
     with pytest.raises(ValidationError):
         get_stage("c4_quality").params(no_such_key=1)
+
+
+C4_EDGE = [
+    "", " \n ", "One two three.\nFour five six.\nSeven eight nine.\nTen eleven twelve!\nA b c?\nd e f.",
+    "We use cookies on this site. Read our Privacy Policy now.\nEnable JavaScript to see it all, please.\n"
+    "Real text goes here [1] and [edit] there [citation needed].\nShort.\nx\n" + "w" * 1200 + " long word.",
+    "Lorem ipsum dolor sit amet.\nThis is fine text.", "A line with a { brace } in it.\nAnother line here.",
+    "Ends with an ellipsis...\nEnds with a quote \"here.\"\nNo end mark here\n\n\n\tTabbed line here now.",
+    "Terms of use apply. See the terms of use!\nOur site uses cookies, you know.\n" * 3,
+    "Mr. Smith went to Washington. He met Dr. Jones there! Then? They left.\n" * 4,
+]
+
+
+def _c4_cases():
+    from tests._dedup_helpers import real_texts
+
+    texts = list(real_texts()[:400]) + C4_EDGE
+    # real pages with the edge lines mixed in, so page drops and line drops meet real prose
+    texts += [t + "\n" + e for t, e in zip(real_texts()[400:500], C4_EDGE * 12) if e]
+    return texts
+
+
+@pytest.mark.parametrize("params", [
+    {}, {"filter_no_terminal_punct": True}, {"split_paragraph": False},
+    {"min_num_sentences": -1, "min_words_per_line": -1, "max_word_length": -1, "remove_citations": False},
+    {"max_word_length": 5, "min_num_sentences": 40, "filter_policy": False, "filter_javascript": False},
+    {"filter_lorem_ipsum": False, "filter_curly_bracket": False, "min_words_per_line": 8},
+])
+def test_c4_rules_equal_datatrove_filter(params):
+    """cuvee's one-pass C4 rules give datatrove's C4QualityFilter verdicts, texts and counters exactly."""
+    from datatrove.pipeline.filters import C4QualityFilter
+
+    from cuvee.filters.heuristics import _C4RulesOnePass
+    from cuvee.filters.words import make_word_tokenizer
+
+    kw = {"filter_no_terminal_punct": False} | params
+    language = make_word_tokenizer("fast", "en")
+    ours, theirs = _C4RulesOnePass(language=language, **kw), C4QualityFilter(language=language, **kw)
+    texts = [t for t in _c4_cases() if t.strip()]
+    drops = 0
+    for i, t in enumerate(texts):
+        a, b = Document(text=t, id=str(i)), Document(text=t, id=str(i))
+        va, vb = ours.filter(a), theirs.filter(b)
+        assert (va, a.text) == (vb, b.text), i
+        drops += va is not True
+    assert 0 < drops < len(texts)
+    assert dict(ours.stats.stats) == dict(theirs.stats.stats)

@@ -408,3 +408,25 @@ def test_planned_jsonl_and_parquet_readers(tmp_path):
         assert len(list(reader.run())) == 5
         s = {k: v.total for k, v in reader.stats.stats.items()}
         assert (s["files_read"], s["files_limited"]) == (1, 2)
+
+
+def test_planned_readers_give_datatrove_documents(tmp_path):
+    """The planned readers resolve each file's path once; documents (text, id, metadata with file_path) are
+    exactly what datatrove's own readers give, across several files."""
+    from datatrove.data import Document
+    from datatrove.pipeline.readers import JsonlReader, ParquetReader
+    from datatrove.pipeline.writers import JsonlWriter, ParquetWriter
+
+    for fmt, writer_cls, ours, theirs in (("jsonl", JsonlWriter, PlannedJsonlReader, JsonlReader),
+                                          ("parquet", ParquetWriter, PlannedParquetReader, ParquetReader)):
+        out = tmp_path / fmt
+        for rank in range(3):
+            w = writer_cls(str(out))
+            docs = [Document(text=f"doc {rank} {k}", id=f"{rank}-{k}", metadata={"url": f"u{k}", "n": k})
+                    for k in range(4)]
+            list(w.run(iter(docs), rank=rank, world_size=3))
+            w.close()
+        got = [(d.text, d.id, d.metadata) for d in ours(str(out)).run()]
+        want = [(d.text, d.id, d.metadata) for d in theirs(str(out)).run()]
+        assert len(got) == 12 and got == want
+        assert len({m["file_path"] for _, _, m in got}) == 3

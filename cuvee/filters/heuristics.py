@@ -23,6 +23,9 @@ from datatrove.pipeline.filters import (
     GopherQualityFilter,
     GopherRepetitionFilter,
 )
+from datatrove.data import Document
+from datatrove.pipeline.filters.c4_filters import CITATION_REGEX, ELLIPSIS, END_PUNCTUATION, POLICY_SUBSTRINGS
+from datatrove.utils.text import split_into_sentences
 from pydantic import Field, field_validator
 
 from cuvee.filters.words import make_word_tokenizer
@@ -52,7 +55,82 @@ class CuveeGopherQuality(_EmptyGuard, GopherQualityFilter):
     name = "🥇 Gopher Quality (cuvee)"
 
 
-class CuveeC4Quality(_EmptyGuard, C4QualityFilter):
+def add_unit_counts(step, counts: dict[str, int]) -> None:
+    """``k`` calls of ``step.stat_update(key)`` in one step each: k updates of 1 leave datatrove's
+    ``MetricStats`` at total = n, mean = min = max = 1, variance 0, which is what is set here."""
+    for key, k in counts.items():
+        if k:
+            m = step.stats[key]
+            m.mean = (m.mean * m.n + k) / (m.n + k)
+            m.total += k
+            m.n += k
+            m.min = min(m.min, 1)
+            m.max = max(m.max, 1)
+
+
+_POLICY_RE = re.compile("|".join(map(re.escape, POLICY_SUBSTRINGS)))
+
+
+class _C4RulesOnePass(C4QualityFilter):
+    """datatrove's C4 rules with the same decisions, texts and counters, and less Python work per line
+    (they were 2x Dolma's ``c4_v2`` per document): line counters are summed per document instead of one
+    ``stat_update`` per line, a line shorter than ``max_word_length`` skips the per-word length scan, the
+    citation regex runs only on lines with a ``[``, and sentences are counted only until the page has
+    ``min_num_sentences`` (the count is only compared with it). Tested equal to ``C4QualityFilter.filter``
+    (texts, verdicts, every counter) on real pages and edge cases with every rule setting."""
+
+    def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        split_paragraph, language = self.split_paragraph, self.language
+        lines = doc.text.splitlines() if split_paragraph else split_into_sentences(doc.text, language)
+        max_len, min_words, min_sentences = self.max_word_length, self.min_words_per_line, self.min_num_sentences
+        total = too_long = no_punct = too_few = javascript = policy = 0
+        num_sentences = 0
+        kept: list[str] = []
+        verdict: bool | tuple[bool, str] = True
+        for line in lines:
+            line = line.strip()
+            total += 1
+            words = line.split()
+            if max_len != -1 and len(line) > max_len and any(len(w) > max_len for w in words):
+                too_long += 1
+                continue
+            if self.remove_citations and "[" in line:
+                line = CITATION_REGEX.sub("", line)
+            if self.filter_no_terminal_punct and (not line.endswith(END_PUNCTUATION) or line.endswith(ELLIPSIS)):
+                no_punct += 1
+                continue
+            if len(words) < min_words:
+                too_few += 1
+                continue
+            line_l = line.lower()
+            if self.filter_lorem_ipsum and "lorem ipsum" in line_l:
+                verdict = False, "lorem_ipsum"
+                break
+            if self.filter_javascript and "javascript" in line_l:
+                javascript += 1
+                continue
+            if self.filter_curly_bracket and "{" in line:
+                verdict = False, "curly_bracket"
+                break
+            if self.filter_policy and _POLICY_RE.search(line_l):
+                policy += 1
+                continue
+            if min_sentences != -1 and num_sentences < min_sentences:
+                num_sentences += len(split_into_sentences(line, language)) if split_paragraph else 1
+            kept.append(line)
+        add_unit_counts(self, {"line-total": total, "line-filter-too_long_word": too_long,
+                               "line-filter-no_terminal_punc": no_punct, "line-filter-too_few_words": too_few,
+                               "line-filter-javascript": javascript, "line-filter-policy": policy,
+                               "line-kept": len(kept)})
+        if verdict is not True:
+            return verdict
+        if num_sentences < min_sentences:
+            return False, "too_few_sentences"
+        doc.text = ("\n" if split_paragraph else " ").join(kept).strip()
+        return True
+
+
+class CuveeC4Quality(_EmptyGuard, _C4RulesOnePass):
     name = "⛰ C4 Quality (cuvee)"
 
 

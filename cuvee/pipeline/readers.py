@@ -54,7 +54,7 @@ from typing import IO, Iterator
 from datatrove.data import Document, DocumentsPipeline, Media, MediaType
 from datatrove.io import DataFolderLike
 from datatrove.pipeline.readers import JsonlReader, ParquetReader
-from datatrove.pipeline.readers.base import BaseDiskReader
+from datatrove.pipeline.readers.base import BaseDiskReader, BaseReader
 from datatrove.utils.logging import logger
 
 RAW_PAYLOAD_ID = "raw_http_payload"
@@ -951,6 +951,17 @@ class _PlannedReaderMixin:
                 gen.close()
             self.stat_update("documents", value=ndocs, unit="input_file")  # datatrove's record counter
             self.stat_update("files_limited" if limited else "files_failed" if failed else "files_read")
+
+    def get_document_from_dict(self, data: dict, source_file: str, id_in_file: int | str):
+        """datatrove's document with ``file_path`` in its metadata, the path resolved once per file instead of once
+        per document (resolving cost ~12 us a document, a third of reading a JSONL line)."""
+        document = BaseReader.get_document_from_dict(self, data, source_file, id_in_file)
+        if document and self.add_file_path:
+            cached = getattr(self, "_resolved_file", None)
+            if cached is None or cached[0] != source_file:
+                cached = self._resolved_file = (source_file, self.data_folder.resolve_paths(source_file))
+            document.metadata.setdefault("file_path", cached[1])
+        return document
 
 
 class PlannedJsonlReader(_PlannedReaderMixin, JsonlReader):
