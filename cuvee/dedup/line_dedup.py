@@ -206,11 +206,11 @@ class LineDedupFilter(BaseFilter):
         if len(lines) != len(h):
             raise RuntimeError(f"line dedup: document {doc.id!r} has {len(lines)} lines, {len(h)} were recorded "
                                "(its text changed between the recording pass and the filter)")
-        removed = int(hit.sum())
-        self.stat_update("lines_removed", value=removed)
-        self.stat_update("chars_removed", value=sum(len(lines[i]) + 1 for i in np.flatnonzero(hit)))
+        drops = hit.tolist()
+        self.stat_update("lines_removed", value=drops.count(True))
+        self.stat_update("chars_removed", value=sum(len(line) + 1 for line, drop in zip(lines, drops) if drop))
         self.stat_update("docs_with_lines_removed")
-        text = "\n".join(line for line, drop in zip(lines, hit) if not drop).strip()
+        text = "\n".join(line for line, drop in zip(lines, drops) if not drop).strip()
         if not text:
             return False, "empty_after_line_dedup"
         if self.min_words and sum(1 for _ in islice(WORD_RE.finditer(text), self.min_words)) < self.min_words:

@@ -55,17 +55,21 @@ def accent_folding() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     start = np.full(MAX_CODE_POINT, -1, dtype=np.int32)
     length = np.ones(MAX_CODE_POINT, dtype=np.uint8)
     data: list[int] = []
-    decomposition, combining = unicodedata.decomposition, unicodedata.combining
-    for cp in range(0x80, MAX_CODE_POINT):
-        c = chr(cp)
-        if not decomposition(c) and not combining(c) and not (0xAC00 <= cp <= 0xD7A3):  # Hangul: algorithmic NFD
+    combining = unicodedata.combining
+    every = np.arange(MAX_CODE_POINT, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
+    for base in range(0x80, MAX_CODE_POINT, 128):
+        block = every[base:base + 128]
+        # most blocks hold no character that NFD changes (Hangul included) and no combining mark: skip them whole
+        if unicodedata.is_normalized("NFD", block) and not any(map(combining, block)):
             continue
-        folded = "".join(x for x in unicodedata.normalize("NFD", c) if not combining(x))
-        if folded == c:
-            continue
-        start[cp] = len(data)
-        length[cp] = len(folded)
-        data.extend(ord(x) for x in folded)
+        for cp in range(base, base + 128):
+            c = chr(cp)
+            folded = "".join(x for x in unicodedata.normalize("NFD", c) if not combining(x))
+            if folded == c:
+                continue
+            start[cp] = len(data)
+            length[cp] = len(folded)
+            data.extend(ord(x) for x in folded)
     return start, length, np.array(data, dtype=np.uint32)
 
 
