@@ -68,6 +68,24 @@ def test_line_dedup_buckets_are_independent(tmp_path):
     assert not any(d.text.endswith("Shared footer line") for r in out for d in r)
 
 
+def test_line_dedup_lookup_chunks_do_not_change_decisions(tmp_path, monkeypatch):
+    """The filter looks lines up CHUNK_DOCS documents at a time; chunks of 2, crossing bucket ends, give the same
+    texts and counters as one chunk per bucket."""
+    from cuvee.dedup.line_dedup import LineDedupFilter
+
+    t = real_texts()
+    docs = [doc(t[i] + ("\nShared footer line\nAccept all cookies" if i % 3 else ""), f"d{i}") for i in range(23)]
+    ranks = [docs[:9], docs[9:17], docs[17:]]
+    params = {"bucket_size": 7, "min_occurrences": 3, "min_words": 0}
+    runs = []
+    for chunk in (4096, 2):
+        monkeypatch.setattr(LineDedupFilter, "CHUNK_DOCS", chunk)
+        out, c = run_stage("line_dedup", params, ranks, tmp_path / str(chunk))
+        runs.append(([[(d.id, d.text) for d in r] for r in out], counters(c, "seg01", "line dedup")))
+    assert runs[0] == runs[1]
+    assert 0 < runs[0][1]["lines_removed"] < 2 * len(docs)
+
+
 def _near_dup(text: str, frac: float) -> str:
     w = text.split()
     k = max(1, int(len(w) * frac))

@@ -184,10 +184,14 @@ class LineDedupFilter(BaseFilter):
         self._all = load_array(rank_file(self.folder / "lines", rank, "all.u64"), np.uint64, mmap=True)
         self._n_lines = load_array(rank_file(self.folder / "lines", rank, "nlines.u32"), np.uint32)
         self._line_start = np.concatenate([[0], np.cumsum(self._n_lines, dtype=np.int64)])
+        self._chunk_start = self._chunk_end = 0
         yield from super().run(data, rank, world_size)
 
-    def filter(self, doc):
-        pos = self._tracker.next(doc)
+    CHUNK_DOCS = 4096
+
+    def _look_up_chunk(self, pos: int) -> None:
+        """Which lines of documents ``pos`` .. (up to CHUNK_DOCS, within pos's bucket) are frequent, looked up in
+        one vectorised pass instead of a handful of small numpy calls per document."""
         bucket = (self._offset + pos) // self.bucket_size
         if bucket != self._bucket:
             path = self.folder / "frequent" / f"{bucket:05d}.u64"
@@ -195,18 +199,33 @@ class LineDedupFilter(BaseFilter):
                 raise FileNotFoundError(f"line dedup: {path} missing (count phase not finished?)")
             self._frequent = load_array(path, np.uint64, mmap=True)
             self._bucket = bucket
-        if not len(self._frequent):
+        end = min(pos + self.CHUNK_DOCS, (bucket + 1) * self.bucket_size - self._offset, len(self._n_lines))
+        first, last = self._line_start[pos], self._line_start[end]
+        h = self._all[first:last]
+        if len(self._frequent):
+            idx = np.minimum(np.searchsorted(self._frequent, h), len(self._frequent) - 1)
+            hit = (self._frequent[idx] == h) & (h != 0)
+        else:
+            hit = np.zeros(len(h), dtype=bool)
+        hits_before = np.concatenate([[0], np.cumsum(hit)])
+        starts = self._line_start[pos:end + 1] - first
+        self._chunk_hits = (hits_before[starts[1:]] - hits_before[starts[:-1]]).tolist()
+        self._chunk_hit, self._chunk_lines = hit, starts.tolist()
+        self._chunk_start, self._chunk_end = pos, end
+
+    def filter(self, doc):
+        pos = self._tracker.next(doc)
+        if not self._chunk_start <= pos < self._chunk_end:
+            self._look_up_chunk(pos)
+        i = pos - self._chunk_start
+        if not self._chunk_hits[i]:
             return True
-        h = np.asarray(self._all[self._line_start[pos]:self._line_start[pos + 1]])
-        idx = np.minimum(np.searchsorted(self._frequent, h), len(self._frequent) - 1)
-        hit = (self._frequent[idx] == h) & (h != 0)
-        if not hit.any():
-            return True
+        h = self._chunk_hit[self._chunk_lines[i]:self._chunk_lines[i + 1]]
         lines = doc.text.split("\n")
         if len(lines) != len(h):
             raise RuntimeError(f"line dedup: document {doc.id!r} has {len(lines)} lines, {len(h)} were recorded "
                                "(its text changed between the recording pass and the filter)")
-        drops = hit.tolist()
+        drops = h.tolist()
         self.stat_update("lines_removed", value=drops.count(True))
         self.stat_update("chars_removed", value=sum(len(line) + 1 for line, drop in zip(lines, drops) if drop))
         self.stat_update("docs_with_lines_removed")
