@@ -1,7 +1,10 @@
 """FineWeb's heuristic filters as cuvee stages: thin wrappers over datatrove's own filters.
 
 We do not re-implement Gopher / C4 / FineWeb rules: the stages build datatrove's filters with FineWeb's
-thresholds (datatrove examples/fineweb.py) exposed as parameters. Two things are added:
+thresholds (datatrove examples/fineweb.py) exposed as parameters. The one exception is the C4 rules' ``filter``
+loop, rewritten to do less Python work per line (:class:`_C4RulesOnePass`): a test holds it equal to
+datatrove's ``C4QualityFilter.filter`` (verdicts, texts, every counter) under every rule setting, so a datatrove
+upgrade that changes the rules fails that test instead of drifting silently. Two things are added:
 
 * ``word_tokenizer: fast`` (default) hands datatrove our :class:`~cuvee.filters.words.FastWordTokenizer`
   through its supported hook (a ``WordTokenizer`` instance passed as ``language``), instead of spaCy,
