@@ -14,7 +14,7 @@ their reason.
 
 from __future__ import annotations
 
-from itertools import islice
+from itertools import compress, islice
 from pathlib import Path
 
 import numpy as np
@@ -225,11 +225,14 @@ class LineDedupFilter(BaseFilter):
         if len(lines) != len(h):
             raise RuntimeError(f"line dedup: document {doc.id!r} has {len(lines)} lines, {len(h)} were recorded "
                                "(its text changed between the recording pass and the filter)")
-        drops = h.tolist()
-        self.stat_update("lines_removed", value=drops.count(True))
-        self.stat_update("chars_removed", value=sum(len(line) + 1 for line, drop in zip(lines, drops) if drop))
+        keep = (~h).tolist()
+        kept = "\n".join(compress(lines, keep))
+        removed = len(keep) - sum(keep)
+        self.stat_update("lines_removed", value=removed)
+        # every removed line with its newline: what the kept lines and their newlines do not account for
+        self.stat_update("chars_removed", value=len(doc.text) - len(kept) if removed < len(keep) else len(doc.text) + 1)
         self.stat_update("docs_with_lines_removed")
-        text = "\n".join(line for line, drop in zip(lines, drops) if not drop).strip()
+        text = kept.strip()
         if not text:
             return False, "empty_after_line_dedup"
         if self.min_words and sum(1 for _ in islice(WORD_RE.finditer(text), self.min_words)) < self.min_words:
