@@ -169,3 +169,53 @@ def test_c4_rules_equal_datatrove_filter(params):
         drops += va is not True
     assert 0 < drops < len(texts)
     assert dict(ours.stats.stats) == dict(theirs.stats.stats)
+
+
+TRICKY_WORDS = [["ab", "c", "a", "bc"] * 7, ["a b", "c", "a", "b c"] * 5, ["x"] * 30, ["", "", "a"] * 9,
+                ["é", "🙂", "x", "\ud800"] * 12, ["one"], [], ["to", "be", "or", "not"] * 3 + ["to", "be"]]
+
+
+@pytest.mark.parametrize("mods", [None, (7, 11)])
+def test_repetition_measures_equal_datatrove_functions(mods):
+    """Compiled n-gram measures = datatrove's string-based ones; with tiny moduli most keys collide, the
+    kernel's verification catches every collision and the result is still exact."""
+    from datatrove.pipeline.filters.gopher_repetition_filter import find_all_duplicate, find_top_duplicate, get_n_grams
+    from datatrove.utils.text import split_into_words
+
+    from cuvee.filters.repetition import PageWords
+    from cuvee.filters.words import make_word_tokenizer
+    from tests._dedup_helpers import real_texts
+
+    tok = make_word_tokenizer("fast", "en")
+    pages = [split_into_words(t, tok) for t in real_texts()[:150]] + TRICKY_WORDS
+    pages += [w * 3 for w in pages[:20]]  # repetitive pages: long repeats and many hits
+    for words in pages:
+        page = PageWords(words) if mods is None else PageWords(words, *mods)
+        for n in (2, 3, 4):
+            want = find_top_duplicate(get_n_grams(words, n)) if len(words) >= n else None
+            assert page.top_ngram_chars(n) == want, (n, words[:8])
+        for n in range(1, 11):
+            assert page.repeated_ngram_chars(n) == find_all_duplicate(words, n), (n, words[:8])
+
+
+@pytest.mark.parametrize("params", [{}, {"top_n_grams": ((2, 0.05), (3, 0.04)), "dup_n_grams": ((5, 0.02), (7, 0.01))},
+                                    {"dup_line_frac": None, "dup_para_frac": None, "dup_line_char_frac": None,
+                                     "dup_para_char_frac": None}])
+def test_gopher_repetition_equals_datatrove_filter(params):
+    from datatrove.pipeline.filters import GopherRepetitionFilter
+
+    from cuvee.filters.heuristics import _GopherRepetitionCompiled
+    from cuvee.filters.words import make_word_tokenizer
+    from tests._dedup_helpers import real_texts
+
+    language = make_word_tokenizer("fast", "en")
+    ours, theirs = _GopherRepetitionCompiled(language=language, **params), GopherRepetitionFilter(language=language, **params)
+    texts = list(real_texts()[:300]) + [t + "\n\n" + t for t in real_texts()[300:330]]
+    texts += [" ".join(real_texts()[i].split()[:40]) * 4 for i in range(20)] + ["x", "a b " * 300, "\n\n\n"]
+    verdicts = []
+    for i, t in enumerate(texts):
+        a, b = Document(text=t, id=str(i)), Document(text=t, id=str(i))
+        va, vb = ours.filter(a), theirs.filter(b)
+        assert va == vb, (i, va, vb)
+        verdicts.append(va)
+    assert True in verdicts and len({v for v in verdicts if v is not True}) >= 2
