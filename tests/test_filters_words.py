@@ -96,6 +96,27 @@ def test_fast_tokenizer_pickles_without_its_memo():
     assert clone.word_tokenize("two cats.") == ["two", "cats", "."]
 
 
+def test_stages_share_one_tokenization_per_page(monkeypatch):
+    """Tokenizers of one language are equal, so datatrove's split_into_words cache serves every stage's
+    instance: a page is tokenized once for Gopher quality, Gopher repetition and FineWeb together."""
+    from datatrove.utils.text import split_into_words
+
+    from cuvee.filters.heuristics import CuveeGopherQuality, CuveeGopherRepetition
+    from datatrove.data import Document
+
+    a, b = make_word_tokenizer("fast", "en"), make_word_tokenizer("fast", "en")
+    assert a is not b and a == b and hash(a) == hash(b) and a != make_word_tokenizer("fast", "de")
+    calls = []
+    real = FastWordTokenizer.word_tokenize
+    monkeypatch.setattr(FastWordTokenizer, "word_tokenize", lambda self, text: calls.append(text) or real(self, text))
+    text = "A page about cats and dogs, written for this test only. " * 20
+    rep, qual = CuveeGopherRepetition(language=a), CuveeGopherQuality(language=b)
+    doc = Document(text=text, id="x")
+    rep.filter(doc), qual.filter(doc)
+    assert calls == [text]
+    assert split_into_words(text, a) is split_into_words(text, b)
+
+
 def _spans_token_by_token(tok, text: str) -> list[tuple[int, int]]:
     """spaCy's Sentencizer rule applied to every token (the reference for span_tokenize's fast path)."""
     from cuvee.filters.words import SENTENCE_PUNCT, _is_punct_token

@@ -223,6 +223,15 @@ class FastWordTokenizer(WordTokenizer):
     def __reduce__(self):  # pickled into executor tasks without the memo
         return (FastWordTokenizer, (self.language,))
 
+    # Equal per language: the output depends on nothing else (the memo only caches). datatrove's
+    # ``split_into_words`` keeps its last texts' words keyed by (text, tokenizer), so the Gopher, FineWeb and C4
+    # stages, each holding its own instance, tokenize a page once between them instead of once each.
+    def __eq__(self, other):
+        return type(other) is type(self) and other.language == self.language
+
+    def __hash__(self):
+        return hash((type(self).__name__, self.language))
+
     def _chunk_tokens(self, chunk: str) -> tuple[str, ...]:
         toks = self._cache.get(chunk)
         if toks is None:
