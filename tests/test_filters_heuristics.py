@@ -219,3 +219,24 @@ def test_gopher_repetition_equals_datatrove_filter(params):
         assert va == vb, (i, va, vb)
         verdicts.append(va)
     assert True in verdicts and len({v for v in verdicts if v is not True}) >= 2
+
+
+@pytest.mark.parametrize("params", [{}, {"min_doc_words": 0, "max_non_alpha_words_ratio": 0.85, "min_stop_words": 5},
+                                    {"max_avg_word_length": 5, "min_avg_word_length": 4.5}])
+def test_gopher_quality_equals_datatrove_filter(params):
+    from datatrove.pipeline.filters import GopherQualityFilter
+
+    from cuvee.filters.heuristics import _GopherQualityPerDistinctWord
+    from cuvee.filters.words import make_word_tokenizer
+    from tests._dedup_helpers import real_texts
+
+    language = make_word_tokenizer("fast", "en")
+    ours, theirs = _GopherQualityPerDistinctWord(language=language, **params), GopherQualityFilter(language=language, **params)
+    texts = list(real_texts()[:300]) + ["... !!! ---", "• a\n• b\n- c", "x " * 60 + "...\n" * 10, "# # # tag " * 30,
+                                        "Ünïcødé wörds ½ ² ٣ — «quoted» text, " * 20, "123 456 789 " * 40, "…"]
+    verdicts = []
+    for i, t in enumerate(texts):
+        va, vb = ours.filter(Document(text=t, id=str(i))), theirs.filter(Document(text=t, id=str(i)))
+        assert va == vb, (i, va, vb)
+        verdicts.append(va)
+    assert True in verdicts and len({v for v in verdicts if v is not True}) >= 2
