@@ -1,10 +1,13 @@
 """FineWeb's heuristic filters as cuvee stages: thin wrappers over datatrove's own filters.
 
 We do not re-implement Gopher / C4 / FineWeb rules: the stages build datatrove's filters with FineWeb's
-thresholds (datatrove examples/fineweb.py) exposed as parameters. The one exception is the C4 rules' ``filter``
-loop, rewritten to do less Python work per line (:class:`_C4RulesOnePass`): a test holds it equal to
-datatrove's ``C4QualityFilter.filter`` (verdicts, texts, every counter) under every rule setting, so a datatrove
-upgrade that changes the rules fails that test instead of drifting silently. Two things are added:
+thresholds (datatrove examples/fineweb.py) exposed as parameters. The exceptions are three ``filter`` loops
+rewritten to do less Python work per document, with the rules, their order and thresholds untouched: C4
+(:class:`_C4RulesOnePass`), Gopher repetition (:class:`_GopherRepetitionCompiled`, n-grams in
+:mod:`cuvee.filters.repetition`) and Gopher quality (:class:`_GopherQualityPerDistinctWord`). Tests hold each
+equal to datatrove's own ``filter`` (verdicts, texts, C4's counters) on real pages and edge cases under several
+rule settings, so a datatrove upgrade that changes a rule fails a test instead of drifting silently. Two things
+are added:
 
 * ``word_tokenizer: fast`` (default) hands datatrove our :class:`~cuvee.filters.words.FastWordTokenizer`
   through its supported hook (a ``WordTokenizer`` instance passed as ``language``), instead of spaCy,
