@@ -204,6 +204,23 @@ def test_normalize_text_equals_regex_definition():
         assert normalize_text(t) == re.sub(r"\s+", " ", t.lower()).strip()
 
 
+def test_compiled_exact_normalisation_every_code_point():
+    """Exact dedup's compiled folding gives normalize_text's UTF-8 bytes: every code point alone, between letters
+    and in whitespace runs; real texts; the whitespace table is str.isspace everywhere."""
+    from cuvee.dedup.native_exact import normalized_utf8, space_table
+
+    table = space_table()
+    every = np.arange(0x110000, dtype=np.uint32)
+    s = every.tobytes().decode("utf-32-le", "surrogatepass")
+    assert np.flatnonzero(table).tolist() == [i for i, c in enumerate(s) if c.isspace()]
+    chunks = [s[i:i + 5] for i in range(0, len(s), 5)]
+    texts = ["a" + c + "B" for c in chunks[:4000]] + [" \t" + "\u3000\x85 ".join(chunks[i:i + 50]) + " \n"
+                                                        for i in range(0, len(chunks), 50)]
+    texts += list(real_texts()[:300]) + LINE_TRICKY + ["", " ", "\u2028\u2029", "İSTANBUL  ΣΊΣΥΦΟΣ\n\n"]
+    for t in texts:
+        assert normalized_utf8(t) == normalize_text(t).encode("utf-8", "surrogatepass"), repr(t[:40])
+
+
 def test_distinct_line_hashes_per_document():
     rng = np.random.default_rng(0)
     n_lines = rng.integers(0, 9, size=50).astype(np.uint32)

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from cuvee.dedup.keyed import FindKeyDuplicates, KeyRecorder
 from cuvee.dedup.steps import DropListed
-from cuvee.dedup.text import normalize_text
+from cuvee.dedup.native_exact import normalized_utf8
 from cuvee.pipeline.registry import Barrier, BuildContext, Phase, StageParams, register_stage
 
 _MASK64 = (1 << 64) - 1
@@ -22,8 +22,11 @@ class ExactDedupParams(StageParams):
 
 
 class TextKeyer:
+    """128-bit xxh3 of ``normalize_text(doc.text)``'s UTF-8 bytes, folded by a compiled loop
+    (:mod:`cuvee.dedup.native_exact`; the same key as hashing the normalised string)."""
+
     def __call__(self, doc):
-        norm = normalize_text(doc.text)
+        norm = normalized_utf8(doc.text)
         if not norm:
             return None
         h = xxhash.xxh3_128_intdigest(norm)

@@ -39,17 +39,15 @@ class KeyRecorder(RecordingStep):
         self.writers = [AtomicWriter(self.folder / "keys" / f"{p:05d}" / f"{rank:05d}.bin") for p in range(self.partitions)]
 
     def record(self, batch: list) -> None:
-        recs = np.zeros(len(batch), dtype=KEY_RECORD)
-        keep = np.ones(len(batch), dtype=bool)
+        rows = []
         for i, doc in enumerate(batch):
             k = self.keyer(doc)
             if k is None:
-                keep[i] = False
                 self.stat_update("no_key")
                 continue
-            recs[i] = (k[0], k[1], k[2], k[3], self.rank, self.pos + i)
+            rows.append((*k, self.rank, self.pos + i))
         self.pos += len(batch)
-        recs = recs[keep]
+        recs = np.array(rows, dtype=KEY_RECORD)
         part = recs["khi"] % np.uint64(self.partitions)
         for p in np.unique(part):
             self.writers[int(p)].write(recs[part == p])
