@@ -96,3 +96,68 @@ def test_a_barrier_whose_before_step_annotates_is_never_replayed(tmp_path, stage
                            "stages": [stage, {"stage": "exact_dedup"}]})
     segs = [j for j in compile_recipe(recipe) if j.kind == "segment"]
     assert any(label.endswith(".writer") for _, label in segs[0].labels)  # scores must survive the cut
+
+
+def _run_stages(tmp_path, name, stages, tasks=1):
+    recipe = {"name": name, "run_dir": str(tmp_path / name),
+              "input": {"paths": [str(tmp_path / "in" / "*.jsonl.gz")], "format": "jsonl"},
+              "stages": stages, "output": {"format": "jsonl"},
+              "executor": {"kind": "local", "tasks": tasks, "workers": 1}}
+    stats = run_recipe(recipe)
+    docs = []
+    for f in stats["output"]["files"]:
+        with gzip.open(f, "rt") as fh:
+            docs += [json.loads(line) for line in fh]
+    return stats, docs
+
+
+def test_one_pass_exact_dedup_equals_the_barrier_on_one_task(tmp_path):
+    """One task: deciding while reading keeps the same documents as recording, sorting and re-reading, with
+    the same funnel; a later barrier replays it instead of copying the corpus."""
+    _corpus(tmp_path / "in")
+    one = [dict(s, one_pass=True) if s["stage"] == "exact_dedup" else s for s in STAGES]
+    s_bar, d_bar = _run_stages(tmp_path, "barrier", STAGES)
+    s_one, d_one = _run_stages(tmp_path, "one_pass", one)
+    assert d_one == d_bar and 0 < len(d_one) < 180
+    assert s_one["accounting"]["by_reason"] == s_bar["accounting"]["by_reason"]
+    assert s_one["accounting"]["by_reason"]["exact_dedup/exact_duplicate"] > 0
+    assert s_one["accounting"]["balanced"] and s_one["accounting"]["inputs"]["balanced"]
+    for a, b in zip(s_one["stages"], s_bar["stages"]):
+        assert (a["name"], a["docs_in"], a["docs_out"], a["dropped"]) == (b["name"], b["docs_in"], b["docs_out"], b["dropped"])
+    assert list((tmp_path / "one_pass" / "work").glob("seg*/*.jsonl")) == []  # replayed, not copied
+    assert not (tmp_path / "one_pass" / "work" / "01_exact_dedup").exists()  # no key files
+
+
+def test_one_pass_exact_dedup_refuses_several_tasks_before_any_work(tmp_path):
+    from cuvee.pipeline.recipe import RecipeError
+
+    recipe = parse_recipe({"name": "x", "run_dir": str(tmp_path / "r"), "input": {"paths": ["data/sample"]},
+                           "stages": [{"stage": "exact_dedup", "one_pass": True}],
+                           "executor": {"kind": "local", "tasks": 2}})
+    with pytest.raises(RecipeError, match="one_pass needs executor.tasks: 1"):
+        compile_recipe(recipe)
+    assert not (tmp_path / "r").exists()
+
+
+def test_one_pass_exact_dedup_stops_past_its_memory_budget():
+    from datatrove.data import Document
+
+    from cuvee.dedup.exact_dedup import OnePassExactDedup
+
+    step = OnePassExactDedup(memory_budget_mb=1)
+    assert step.max_keys == 2**20 // OnePassExactDedup.BYTES_PER_KEY
+    step.max_keys = 3  # the limit a 1 MB budget gives at ~10k keys, made small enough to reach here
+    docs = [Document(text=t, id=str(i)) for i, t in enumerate(["a", "b", "A ", "c", "d"])]
+    with pytest.raises(RuntimeError, match="do not fit memory_budget_mb=1"):
+        list(step.run(iter(docs)))
+    step.max_keys = 4
+    assert [d.id for d in step.run(iter(docs))] == ["0", "1", "3", "4"]  # "A " is "a" normalised
+
+
+def test_a_run_refused_by_a_stage_makes_no_run_folder(tmp_path):
+    from cuvee.pipeline.recipe import RecipeError
+
+    _corpus(tmp_path / "in", n_files=1, per_file=3)
+    with pytest.raises(RecipeError, match="one_pass needs executor.tasks: 1"):
+        _run_stages(tmp_path, "refused", [{"stage": "exact_dedup", "one_pass": True}], tasks=2)
+    assert not (tmp_path / "refused").exists()

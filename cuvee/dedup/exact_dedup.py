@@ -2,23 +2,35 @@
 
 Keep rule: the first copy in (rank, position) order, i.e. input order for a single task. Empty texts
 are never deduplicated (counted as ``no_key``).
+
+Two ways to apply it. By default a barrier: keys are recorded, a phase sorts them (spilling beyond the memory
+budget) and a filter re-reads the input to drop the listed copies; any number of tasks. With ``one_pass: true``
+and one task, the keep rule is decided as documents stream by (a copy is dropped when its key was already
+seen), so the input is read once, as Dolma's Bloom-filter dedup does but without false positives; the keys
+then live in memory, at most ``memory_budget_mb``, and the run stops with a message past that.
 """
 
 from __future__ import annotations
 
 import xxhash
+from datatrove.pipeline.filters.base_filter import BaseFilter
+from datatrove.utils.batching import batched
 from pydantic import Field
 
 from cuvee.dedup.keyed import FindKeyDuplicates, KeyRecorder
 from cuvee.dedup.steps import DropListed
 from cuvee.dedup.native_exact import normalized_utf8
+from cuvee.pipeline.recipe import RecipeError
 from cuvee.pipeline.registry import Barrier, BuildContext, Phase, StageParams, register_stage
 
 _MASK64 = (1 << 64) - 1
 
 
 class ExactDedupParams(StageParams):
-    memory_budget_mb: int = Field(1024, ge=1, description="per phase task; larger key sets spill to disk")
+    memory_budget_mb: int = Field(1024, ge=1, description="per phase task; larger key sets spill to disk "
+                                                         "(one_pass: the most its in-memory key set may take)")
+    one_pass: bool = Field(False, description="executor.tasks 1 only: decide while reading (no second read of the "
+                                              "input, no key files); keys held in memory, ~100 bytes each")
 
 
 class TextKeyer:
@@ -33,9 +45,72 @@ class TextKeyer:
         return h >> 64, h & _MASK64, 0, 0
 
 
+class OnePassExactDedup(BaseFilter):
+    """One task: keeps a document unless its key was seen earlier in the stream, the barrier's keep rule for
+    a single task (first copy in input order), decided without recording keys or re-reading the input.
+
+    Deterministic for a given input stream, so the compiler may replay it after a later barrier instead of
+    writing a corpus copy (its counters then go to the internal replay label, not twice to the stage)."""
+
+    name = "🔑 exact dedup (one pass)"
+    replays_exactly = True
+    BYTES_PER_KEY = 100  # a 128-bit int in a set, measured with tracemalloc at the set's resize peak
+
+    def __init__(self, memory_budget_mb: int, exclusion_writer=None):
+        super().__init__(exclusion_writer=exclusion_writer)
+        self.max_keys = memory_budget_mb * 2**20 // self.BYTES_PER_KEY
+        self.budget_mb = memory_budget_mb
+        self._seen: set[int] = set()
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        if world_size != 1:
+            raise RuntimeError(f"exact_dedup one_pass needs one task, this run has {world_size}: set one_pass: false "
+                               "(the default) to deduplicate across tasks")
+        self._seen = set()
+        if self.exclusion_writer:
+            yield from super().run(data, rank, world_size)
+        else:  # DropListed's lean path: the same counters, per batch
+            for batch in batched(data, 1024):
+                with self.track_time():
+                    keep = [self.filter(doc) is True for doc in batch]
+                n_kept = sum(keep)
+                self.stat_update("total", value=len(batch))
+                if n_kept:
+                    self.stat_update("forwarded", value=n_kept)
+                if n_kept < len(batch):
+                    self.stat_update("dropped", value=len(batch) - n_kept)
+                    self.stat_update("dropped_exact_duplicate", value=len(batch) - n_kept)
+                for doc, k in zip(batch, keep):
+                    if k:
+                        self.update_doc_stats(doc)
+                        yield doc
+        self.stat_update("unique_keys", value=len(self._seen))
+        self._seen = set()
+
+    def filter(self, doc):
+        norm = normalized_utf8(doc.text)
+        if not norm:
+            self.stat_update("no_key")
+            return True
+        key = xxhash.xxh3_128_intdigest(norm)
+        if key in self._seen:
+            return False, "exact_duplicate"
+        if len(self._seen) >= self.max_keys:
+            raise RuntimeError(f"exact_dedup one_pass: more than {self.max_keys:,} distinct documents do not fit "
+                               f"memory_budget_mb={self.budget_mb}; raise it, or drop one_pass (the default barrier "
+                               "spills to disk and runs on any number of tasks)")
+        self._seen.add(key)
+        return True
+
+
 @register_stage("exact_dedup", ExactDedupParams)
 def build_exact_dedup(p: ExactDedupParams, ctx: BuildContext):
     """Exact dedup on a 128-bit hash of the normalised text; keeps the first copy."""
+    if p.one_pass:
+        if ctx.tasks != 1:
+            raise RecipeError(f"stage {ctx.stage_name!r}: one_pass needs executor.tasks: 1 (this recipe has "
+                              f"{ctx.tasks}); leave one_pass out to deduplicate across tasks")
+        return [OnePassExactDedup(p.memory_budget_mb)]
     folder = ctx.stage_dir()
     return Barrier(
         before=[KeyRecorder(folder, ctx.tasks, TextKeyer())],

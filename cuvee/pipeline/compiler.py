@@ -244,7 +244,13 @@ def compile_recipe(recipe: Recipe, run_dir: Path | None = None) -> list[Job]:
         else:
             pipeline.extend(built)
             labels.extend([(STAGE, label)] * len(built))
-            clean = False
+            if clean and built and all(getattr(s, "replays_exactly", False) for s in built):
+                # a deterministic filter (one-pass exact dedup): the next cut may re-run it instead of copying
+
+                def replay(prev=replay, spec=spec, params=entry.params, ctx=ctx):
+                    return prev() + list(spec.build(params, ctx))
+            else:
+                clean = False
 
     pipeline.append(OutputSummary(recipe.output.route_by))
     labels.append((SUMMARY, "output"))

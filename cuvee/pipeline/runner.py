@@ -52,6 +52,9 @@ def run_recipe(recipe_or_path, overrides: dict[str, Any] | None = None, progress
     """
     recipe = _as_recipe(recipe_or_path, overrides)
     check_inputs(recipe)
+    # a stage refusing its settings (e.g. one_pass with several tasks) stops here, before any folder is made;
+    # the jobs that run are compiled again once the run folder is claimed (and emptied, with fresh)
+    compile_recipe(recipe, recipe.resolved_run_dir())
     plan = build_plan(recipe)
     folders = run_folders(recipe)
     locks: list[FolderLock] = []
