@@ -1,7 +1,8 @@
 """Per-document cost of dedup and C4 rules: cuvee's stages next to AI2's Dolma toolkit (Rust), same documents.
 
-Corpus: 3,000 documents (``--docs``; 10,000, the most the real passages give, resolves Dolma's small
-per-document costs better) from real text: 150-300-word passages of WCXB dev pages' main content, each with 0-6
+Corpus: 3,000 documents (``--docs``; 10,000, about the most the real passages give, resolves Dolma's small
+per-document costs better; above that, for the exact and C4 operations only, further documents join the first half of
+one real passage's lines to the second half of another's, which lifts the per-document signal above this VM's process-to-process CPU noise) from real text: 150-300-word passages of WCXB dev pages' main content, each with 0-6
 real boilerplate lines (WCXB "without" snippets, a pool of 300) inserted, plus 10 % exact copies of earlier
 documents shuffled in, so exact and paragraph/line dedup both have real work. Written once as Dolma's layout
 (``documents/*.jsonl.gz`` with id/text/source/added) and read by both tools.
@@ -63,6 +64,10 @@ def build_corpus(folder: Path, n: int, seed: int = 0) -> dict:
     pool = rng.sample(boilerplate_pool(), 300)
     base = [p for t in real_page_texts() for p in passages(t, rng)]
     n_orig = n - n // 10
+    real = len(base)
+    for _ in range(real, n_orig):  # past the real passages: the first half of one's lines, the second half of another's
+        a, b = (base[rng.randrange(real)].split("\n") for _ in range(2))
+        base.append("\n".join(a[:len(a) // 2] + b[len(b) // 2:]))
     docs, inserted = [], 0
     for i, text in enumerate(base[:n_orig]):
         lines = text.split("\n")
@@ -81,6 +86,8 @@ def build_corpus(folder: Path, n: int, seed: int = 0) -> dict:
     return {"documents": len(docs), "exact_copies": n - n_orig, "boilerplate_lines": inserted,
             "chars": sum(len(d) for d in docs)}
 
+
+REAL_PASSAGES = 10_000  # about what the real pages give; beyond, build_corpus joins halves of two passages
 
 # the Dolma command each cuvee operation is compared with (one Dolma run per command and round)
 DOLMA_OP = {"exact": "exact", "exact one_pass": "exact", "paragraph/line": "paragraph/line", "c4 rules": "c4 rules"}
@@ -169,6 +176,9 @@ def main() -> None:
     info = build_corpus(big, args.docs)
     build_corpus(tiny, args.tiny, seed=1)
     ops = args.ops.split(",")
+    if args.docs > REAL_PASSAGES and "paragraph/line" in ops:
+        sys.exit(f"--docs above {REAL_PASSAGES:,} joins halves of real passages: their lines repeat, so "
+                 "paragraph/line dedup would see mostly repeats; use it with --ops 'exact,exact one_pass,c4 rules'")
     version = subprocess.run([str(Path(args.dolma).parent / "python"), "-c",
                               "import importlib.metadata as m; print(m.version('dolma'))"], capture_output=True,
                              text=True).stdout.strip()

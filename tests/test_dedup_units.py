@@ -205,9 +205,10 @@ def test_normalize_text_equals_regex_definition():
 
 
 def test_compiled_exact_normalisation_every_code_point():
-    """Exact dedup's compiled folding gives normalize_text's UTF-8 bytes: every code point alone, between letters
-    and in whitespace runs; real texts; the whitespace table is str.isspace everywhere."""
-    from cuvee.dedup.native_exact import normalized_utf8, space_table
+    """Exact dedup's compiled lowering and folding give normalize_text's UTF-8 bytes: every code point alone,
+    between letters and in whitespace runs; real texts; one text at a time and in one batch; the whitespace
+    table is str.isspace everywhere."""
+    from cuvee.dedup.native_exact import normalized_batch, normalized_utf8, space_table
 
     table = space_table()
     every = np.arange(0x110000, dtype=np.uint32)
@@ -217,8 +218,16 @@ def test_compiled_exact_normalisation_every_code_point():
     texts = ["a" + c + "B" for c in chunks[:4000]] + [" \t" + "\u3000\x85 ".join(chunks[i:i + 50]) + " \n"
                                                         for i in range(0, len(chunks), 50)]
     texts += list(real_texts()[:300]) + LINE_TRICKY + ["", " ", "\u2028\u2029", "İSTANBUL  ΣΊΣΥΦΟΣ\n\n"]
-    for t in texts:
-        assert normalized_utf8(t) == normalize_text(t).encode("utf-8", "surrogatepass"), repr(t[:40])
+    want = [normalize_text(t).encode("utf-8", "surrogatepass") for t in texts]
+    for t, w in zip(texts, want):
+        assert normalized_utf8(t) == w, repr(t[:40])
+    # one batch: texts left to Python's lower (U+0130, U+03A3) interleaved with the rest, empty ones included
+    rng = np.random.default_rng(0)
+    mixed = [texts[i] for i in rng.permutation(len(texts))] + ["", "Σ", "xİ y", "ΑΣ, Ⱥ  B"]
+    got = normalized_batch(mixed)
+    assert len(got) == len(mixed) and sum(1 for t in mixed if "\u0130" in t or "\u03a3" in t) >= 5
+    for t, g in zip(mixed, got):
+        assert bytes(g) == normalize_text(t).encode("utf-8", "surrogatepass"), repr(t[:40])
 
 
 def test_distinct_line_hashes_per_document():

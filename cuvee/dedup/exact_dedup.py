@@ -19,7 +19,7 @@ from pydantic import Field
 
 from cuvee.dedup.keyed import FindKeyDuplicates, KeyRecorder
 from cuvee.dedup.steps import DropListed
-from cuvee.dedup.native_exact import normalized_utf8
+from cuvee.dedup.native_exact import normalized_batch
 from cuvee.pipeline.recipe import RecipeError
 from cuvee.pipeline.registry import Barrier, BuildContext, Phase, StageParams, register_stage
 
@@ -33,16 +33,22 @@ class ExactDedupParams(StageParams):
                                               "input, no key files); keys held in memory, ~100 bytes each")
 
 
+def text_digests(texts: list[str]) -> list[int | None]:
+    """128-bit xxh3 of each ``normalize_text(text)``'s UTF-8 bytes (lowered and folded by one compiled call per
+    batch, :mod:`cuvee.dedup.native_exact`: the same key as hashing the normalised string); None for a text
+    that normalises to nothing."""
+    digest = xxhash.xxh3_128_intdigest
+    return [digest(v) if len(v) else None for v in normalized_batch(texts)]
+
+
 class TextKeyer:
-    """128-bit xxh3 of ``normalize_text(doc.text)``'s UTF-8 bytes, folded by a compiled loop
-    (:mod:`cuvee.dedup.native_exact`; the same key as hashing the normalised string)."""
+    """Exact dedup's key: the text digest as (hi, lo), no priorities (the first copy wins)."""
 
     def __call__(self, doc):
-        norm = normalized_utf8(doc.text)
-        if not norm:
-            return None
-        h = xxhash.xxh3_128_intdigest(norm)
-        return h >> 64, h & _MASK64, 0, 0
+        return self.keys([doc])[0]
+
+    def keys(self, batch: list) -> list:
+        return [None if h is None else (h >> 64, h & _MASK64, 0, 0) for h in text_digests([d.text for d in batch])]
 
 
 class OnePassExactDedup(BaseFilter):
@@ -72,7 +78,7 @@ class OnePassExactDedup(BaseFilter):
         else:  # DropListed's lean path: the same counters, per batch
             for batch in batched(data, 1024):
                 with self.track_time():
-                    keep = [self.filter(doc) is True for doc in batch]
+                    keep = [self._decide(h) is True for h in text_digests([d.text for d in batch])]
                 n_kept = sum(keep)
                 self.stat_update("total", value=len(batch))
                 if n_kept:
@@ -88,11 +94,12 @@ class OnePassExactDedup(BaseFilter):
         self._seen = set()
 
     def filter(self, doc):
-        norm = normalized_utf8(doc.text)
-        if not norm:
+        return self._decide(text_digests([doc.text])[0])
+
+    def _decide(self, key: int | None):
+        if key is None:
             self.stat_update("no_key")
             return True
-        key = xxhash.xxh3_128_intdigest(norm)
         if key in self._seen:
             return False, "exact_duplicate"
         if len(self._seen) >= self.max_keys:

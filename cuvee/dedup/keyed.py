@@ -24,7 +24,8 @@ KEY_RECORD = np.dtype([("khi", "<u8"), ("klo", "<u8"), ("p1", "<i8"), ("p2", "<i
 
 class KeyRecorder(RecordingStep):
     """Writes one KEY_RECORD per document; ``keyer(doc)`` returns (key_hi, key_lo, p1, p2) or None to
-    leave the document out of dedup (it is then always kept, and counted as ``no_key``)."""
+    leave the document out of dedup (it is then always kept, and counted as ``no_key``); a keyer with a
+    ``keys(batch)`` method gives a batch's keys in one call."""
 
     name = "🔑 dedup keys"
 
@@ -40,8 +41,8 @@ class KeyRecorder(RecordingStep):
 
     def record(self, batch: list) -> None:
         rows = []
-        for i, doc in enumerate(batch):
-            k = self.keyer(doc)
+        keys = self.keyer.keys(batch) if hasattr(self.keyer, "keys") else [self.keyer(doc) for doc in batch]
+        for i, k in enumerate(keys):
             if k is None:
                 self.stat_update("no_key")
                 continue

@@ -27,7 +27,7 @@ def normalize_text(text: str) -> str:
     """For exact dedup: case, whitespace runs and surrounding space do not make a document different.
 
     The definition exact dedup's key follows; the stage itself uses the compiled equivalent
-    (:func:`cuvee.dedup.native_exact.normalized_utf8`, tested equal on every code point). ``str.split()``
+    (:func:`cuvee.dedup.native_exact.normalized_batch`, tested equal on every code point). ``str.split()``
     splits on exactly the characters the regex ``\\s`` matches (both use ``str.isspace``)."""
     return " ".join(text.lower().split())
 
