@@ -50,16 +50,7 @@ def _corpus(folder, n_files=3, per_file=60, seed=3):
 
 def _run(tmp_path, name, copy_free, monkeypatch):
     monkeypatch.setattr(compiler, "COPY_FREE", copy_free)
-    recipe = {"name": name, "run_dir": str(tmp_path / name),
-              "input": {"paths": [str(tmp_path / "in" / "*.jsonl.gz")], "format": "jsonl"},
-              "stages": STAGES, "output": {"format": "jsonl"},
-              "executor": {"kind": "local", "tasks": 2, "workers": 1}}
-    stats = run_recipe(recipe)
-    docs = []
-    for f in stats["output"]["files"]:
-        with gzip.open(f, "rt") as fh:
-            docs += [json.loads(line) for line in fh]
-    return stats, docs
+    return _run_stages(tmp_path, name, STAGES, tasks=2)
 
 
 def test_same_output_and_funnel_without_copies(tmp_path, monkeypatch):

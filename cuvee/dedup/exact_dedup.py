@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import xxhash
 from datatrove.pipeline.filters.base_filter import BaseFilter
-from datatrove.utils.batching import batched
 from pydantic import Field
 
 from cuvee.dedup.keyed import FindKeyDuplicates, KeyRecorder
-from cuvee.dedup.steps import DropListed
+from cuvee.dedup.steps import DropListed, lean_filter_run
 from cuvee.dedup.native_exact import normalized_batch
 from cuvee.pipeline.recipe import RecipeError
 from cuvee.pipeline.registry import Barrier, BuildContext, Phase, StageParams, register_stage
@@ -75,21 +74,10 @@ class OnePassExactDedup(BaseFilter):
         self._seen = set()
         if self.exclusion_writer:
             yield from super().run(data, rank, world_size)
-        else:  # DropListed's lean path: the same counters, per batch
-            for batch in batched(data, 1024):
-                with self.track_time():
-                    keep = [self._decide(h) is True for h in text_digests([d.text for d in batch])]
-                n_kept = sum(keep)
-                self.stat_update("total", value=len(batch))
-                if n_kept:
-                    self.stat_update("forwarded", value=n_kept)
-                if n_kept < len(batch):
-                    self.stat_update("dropped", value=len(batch) - n_kept)
-                    self.stat_update("dropped_exact_duplicate", value=len(batch) - n_kept)
-                for doc, k in zip(batch, keep):
-                    if k:
-                        self.update_doc_stats(doc)
-                        yield doc
+        else:
+            yield from lean_filter_run(
+                self, data, lambda batch: [self._decide(h) is True for h in text_digests([d.text for d in batch])],
+                "exact_duplicate")
         self.stat_update("unique_keys", value=len(self._seen))
         self._seen = set()
 

@@ -61,6 +61,26 @@ class RecordingStep(PipelineStep):
         yield from batch
 
 
+def lean_filter_run(step: BaseFilter, data, keep_batch, reason: str):
+    """A dedup filter without an exclusion writer (the common case): BaseFilter's counters, updated once per
+    batch of 1,024 instead of once per document. ``keep_batch(batch)`` gives one bool per document; every
+    drop is counted under ``reason``."""
+    for batch in batched(data, 1024):
+        with step.track_time():
+            keep = keep_batch(batch)
+        n_kept = sum(keep)
+        step.stat_update("total", value=len(batch))
+        if n_kept:
+            step.stat_update("forwarded", value=n_kept)
+        if n_kept < len(batch):
+            step.stat_update("dropped", value=len(batch) - n_kept)
+            step.stat_update(f"dropped_{reason}", value=len(batch) - n_kept)
+        for doc, k in zip(batch, keep):
+            if k:
+                step.update_doc_stats(doc)
+                yield doc
+
+
 class DropListed(BaseFilter):
     """After the barrier: drops the documents whose (rank, position) the phases listed, under ``reason``."""
 
@@ -84,21 +104,7 @@ class DropListed(BaseFilter):
         if self.exclusion_writer:
             yield from super().run(data, rank, world_size)
             return
-        # lean path (no exclusion writer): the same counters, updated per batch instead of per document
-        for batch in batched(data, 1024):
-            with self.track_time():
-                keep = [self.filter(doc) is True for doc in batch]
-            n_kept = sum(keep)
-            self.stat_update("total", value=len(batch))
-            if n_kept:
-                self.stat_update("forwarded", value=n_kept)
-            if n_kept < len(batch):
-                self.stat_update("dropped", value=len(batch) - n_kept)
-                self.stat_update(f"dropped_{self.reason}", value=len(batch) - n_kept)
-            for doc, k in zip(batch, keep):
-                if k:
-                    self.update_doc_stats(doc)
-                    yield doc
+        yield from lean_filter_run(self, data, lambda batch: [self.filter(doc) is True for doc in batch], self.reason)
 
     def filter(self, doc):
         pos = self._tracker.next(doc)

@@ -69,6 +69,15 @@ def _table(positions):
     return np.full(cap, -1, dtype=np.int64), np.zeros(cap, dtype=np.int64), cap - 1
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _slot(keys, key, mask):
+    """Open addressing, linear probing: the slot holding ``key``, or the empty (-1) slot where it goes."""
+    j = key & mask
+    while keys[j] != -1 and keys[j] != key:
+        j = (j + 1) & mask
+    return j
+
+
 @nb.njit(cache=True, nogil=True)
 def top_ngram_chars(cps, starts, n, p1, p2, w1, w2, mod_1, mod_2):
     """datatrove's ``find_top_duplicate(get_n_grams(words, n))`` on ``" ".join(words)``'s code points
@@ -81,9 +90,7 @@ def top_ngram_chars(cps, starts, n, p1, p2, w1, w2, mod_1, mod_2):
         s = starts[i]
         e = starts[i + n] - 1
         key = _key(p1, p2, w1, w2, s, e, mod_1, mod_2)
-        j = key & mask
-        while keys[j] != -1 and keys[j] != key:
-            j = (j + 1) & mask
+        j = _slot(keys, key, mask)
         if keys[j] == -1:
             keys[j] = key
             slots[j] = i
@@ -112,9 +119,7 @@ def repeated_ngram_chars(cps, starts, n, p1, p2, w1, w2, mod_1, mod_2):
         s = starts[idx]
         e = starts[idx + n]
         key = _key(p1, p2, w1, w2, s, e, mod_1, mod_2)
-        j = key & mask
-        while keys[j] != -1 and keys[j] != key:
-            j = (j + 1) & mask
+        j = _slot(keys, key, mask)
         if keys[j] == -1:
             keys[j] = key
             slots[j] = idx
