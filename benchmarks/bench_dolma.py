@@ -222,9 +222,10 @@ def main() -> None:
     shown = set()
     for op in ops:
         for tool in ("dolma", "cuvee"):
-            if tool == "dolma" and DOLMA_OP[op] in shown:
-                continue  # one Dolma row per Dolma command
-            shown.add(DOLMA_OP[op] if tool == "dolma" else None)
+            if tool == "dolma":
+                if DOLMA_OP[op] in shown:
+                    continue  # one Dolma row per Dolma command
+                shown.add(DOLMA_OP[op])
             runs = [per_k(tool, op, i) for i in range(args.runs)]
             key = op if tool == "cuvee" else DOLMA_OP[op]
             start = (med[(tool, key, "tiny")] - (med[("cuvee", "baseline " + op, "tiny")] if tool == "cuvee" else 0))

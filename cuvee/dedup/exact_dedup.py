@@ -43,10 +43,7 @@ def text_digests(texts: list[str]) -> list[int | None]:
 class TextKeyer:
     """Exact dedup's key: the text digest as (hi, lo), no priorities (the first copy wins)."""
 
-    def __call__(self, doc):
-        return self.keys([doc])[0]
-
-    def keys(self, batch: list) -> list:
+    def __call__(self, batch: list) -> list:
         return [None if h is None else (h >> 64, h & _MASK64, 0, 0) for h in text_digests([d.text for d in batch])]
 
 

@@ -23,9 +23,9 @@ KEY_RECORD = np.dtype([("khi", "<u8"), ("klo", "<u8"), ("p1", "<i8"), ("p2", "<i
 
 
 class KeyRecorder(RecordingStep):
-    """Writes one KEY_RECORD per document; ``keyer(doc)`` returns (key_hi, key_lo, p1, p2) or None to
-    leave the document out of dedup (it is then always kept, and counted as ``no_key``); a keyer with a
-    ``keys(batch)`` method gives a batch's keys in one call."""
+    """Writes one KEY_RECORD per document; ``keyer(batch)`` returns, per document, (key_hi, key_lo, p1, p2)
+    or None to leave it out of dedup (it is then always kept, and counted as ``no_key``). A batch at a time,
+    so a keyer can do its work in one compiled call."""
 
     name = "🔑 dedup keys"
 
@@ -41,8 +41,7 @@ class KeyRecorder(RecordingStep):
 
     def record(self, batch: list) -> None:
         rows = []
-        keys = self.keyer.keys(batch) if hasattr(self.keyer, "keys") else [self.keyer(doc) for doc in batch]
-        for i, k in enumerate(keys):
+        for i, k in enumerate(self.keyer(batch)):
             if k is None:
                 self.stat_update("no_key")
                 continue

@@ -35,9 +35,8 @@ def space_table() -> np.ndarray:
 def lower_table() -> np.ndarray:
     """int32[0x110000]: ``str.lower`` of each code point, or -1 where it is not one code point to one (U+0130)
     or depends on the neighbours (U+03A3, final sigma)."""
-    every = np.arange(MAX_CODE_POINT, dtype=np.uint32)
     context = np.array([0x130, 0x3A3], dtype=np.uint32)
-    probe = every.copy()
+    probe = np.arange(MAX_CODE_POINT, dtype=np.uint32)
     probe[context] = ord("a")
     lowered = probe.tobytes().decode("utf-32-le", "surrogatepass").lower()
     if len(lowered) != MAX_CODE_POINT:
@@ -131,16 +130,12 @@ def normalized_batch(texts: list[str]) -> list[memoryview]:
     reads them without a copy); one compiled call for the whole batch."""
     out, starts, ends, unlowered = _fold([t.encode("utf-8", "surrogatepass") for t in texts], True)
     mv = memoryview(out)
-    views = [mv[2 * a:z] for a, z in zip(starts.tolist(), ends.tolist())]
+    ends = ends.tolist()
+    views = [mv[2 * a:z] for a, z in zip(starts.tolist(), ends)]
     if unlowered:  # a code point str.lower maps by context or to two: those texts go through Python's lower
-        again = [i for i, z in enumerate(ends.tolist()) if z < 0]
+        again = [i for i, z in enumerate(ends) if z < 0]
         out, starts, ends, _ = _fold([texts[i].lower().encode("utf-8", "surrogatepass") for i in again], False)
         mv = memoryview(out)
         for i, a, z in zip(again, starts.tolist(), ends.tolist()):
             views[i] = mv[2 * a:z]
     return views
-
-
-def normalized_utf8(text: str) -> bytes:
-    """``normalize_text(text).encode("utf-8", "surrogatepass")`` for one text."""
-    return normalized_batch([text])[0].tobytes()

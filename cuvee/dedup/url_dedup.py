@@ -47,7 +47,10 @@ class UrlKeyer:
     def __init__(self, url_key: str):
         self.url_key = url_key
 
-    def __call__(self, doc):
+    def __call__(self, batch: list) -> list:
+        return [self._key(doc) for doc in batch]
+
+    def _key(self, doc):
         url = doc.metadata.get(self.url_key)
         if not url:
             return None
