@@ -78,6 +78,27 @@ def test_cu_seqlens():
     assert cu.tolist() == [0, 2, 5, 6, 8, 10] and mx == 3
 
 
+def test_varlen_call_follows_the_installed_torch_signature():
+    """torch 2.10's varlen_attn takes ``is_causal``, later ones ``window_size``; ``enable_gqa`` came later still
+    (torch 2.11 on the GPU machine lacked it): the kernel must be asked for causal masking either way."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    from cuvee.train.attention import _torch_varlen_args
+
+    def with_window(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1)): ...
+
+    def with_is_causal(q, k, v, cu_q, cu_k, max_q, max_k, *, is_causal=False, enable_gqa=False): ...
+
+    def neither(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None): ...
+
+    assert _torch_varlen_args(with_window) == ({"window_size": (-1, 0)}, False)
+    assert _torch_varlen_args(with_is_causal) == ({"is_causal": True}, True)
+    with pytest.raises(RuntimeError, match="no causal option"):
+        _torch_varlen_args(neither)
+    causal, _ = _torch_varlen_args(varlen_attn)  # the torch installed here is understood too
+    assert causal in ({"window_size": (-1, 0)}, {"is_causal": True})
+
+
 @pytest.mark.parametrize("tied", [False, True])
 def test_hf_export_same_logits(tmp_path, tied):
     from transformers import LlamaForCausalLM

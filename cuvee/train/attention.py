@@ -99,6 +99,21 @@ def _varlen_fn():
         raise RuntimeError("varlen attention needs torch>=2.10 or the flash_attn package") from e
 
 
+def _torch_varlen_args(fn) -> tuple[dict, bool]:
+    """How this torch's ``varlen_attn`` asks for causal masking and GQA: torch 2.10 takes ``is_causal``,
+    later releases ``window_size=(-1, 0)``; ``enable_gqa`` is not in every release."""
+    import inspect
+
+    params = inspect.signature(fn).parameters
+    if "window_size" in params:
+        causal = {"window_size": (-1, 0)}
+    elif "is_causal" in params:
+        causal = {"is_causal": True}
+    else:
+        raise RuntimeError(f"torch.nn.attention.varlen.varlen_attn{inspect.signature(fn)}: no causal option known to cuvee")
+    return causal, "enable_gqa" in params
+
+
 def doc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: DocMask, backend: str) -> torch.Tensor:
     """Attention restricted to (causal, same-document) pairs. q: (B, Hq, S, D), k/v: (B, Hkv, S, D)."""
     gqa = q.shape[1] != k.shape[1]
@@ -108,9 +123,10 @@ def doc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: DocMa
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.dense_mask)
     if backend == "flex":
-        if q.is_cuda:
-            return _compiled_flex()(q, k, v, block_mask=mask.block_mask, enable_gqa=gqa)
         from torch.nn.attention.flex_attention import flex_attention
+
+        if q.is_cuda and not torch.compiler.is_compiling():  # inside a compiled block dynamo lowers it itself
+            return _compiled_flex()(q, k, v, block_mask=mask.block_mask, enable_gqa=gqa)
 
         return flex_attention(q, k, v, block_mask=mask.block_mask, enable_gqa=gqa)
     if backend == "varlen":
@@ -119,7 +135,11 @@ def doc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: DocMa
         kind, fn = _varlen_fn()
         cu, mx = mask.cu_seqlens, mask.max_seqlen
         if kind == "torch":
-            out = fn(flat(q), flat(k), flat(v), cu, cu, mx, mx, window_size=(-1, 0), enable_gqa=gqa)
+            causal, takes_gqa = _torch_varlen_args(fn)
+            if gqa and not takes_gqa:  # older varlen_attn: give every query head its own k/v head
+                rep = hq // k.shape[1]
+                k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+            out = fn(flat(q), flat(k), flat(v), cu, cu, mx, mx, **causal, **({"enable_gqa": gqa} if takes_gqa else {}))
         else:
             out = fn(flat(q), flat(k), flat(v), cu, cu, mx, mx, causal=True)
         return out.reshape(b, s, hq, d).transpose(1, 2)
