@@ -1,29 +1,32 @@
 """Per-document cost of dedup and C4 rules: cuvee's stages next to AI2's Dolma toolkit (Rust), same documents.
 
 Corpus: 3,000 documents (``--docs``; 10,000, about the most the real passages give, resolves Dolma's small
-per-document costs better; above that, for the exact and C4 operations only, further documents join the first half of
-one real passage's lines to the second half of another's, which lifts the per-document signal above this VM's process-to-process CPU noise) from real text: 150-300-word passages of WCXB dev pages' main content, each with 0-6
+per-document costs better) from real text: 150-300-word passages of WCXB dev pages' main content, each with 0-6
 real boilerplate lines (WCXB "without" snippets, a pool of 300) inserted, plus 10 % exact copies of earlier
 documents shuffled in, so exact and paragraph/line dedup both have real work. Written once as Dolma's layout
-(``documents/*.jsonl.gz`` with id/text/source/added) and read by both tools.
+(``documents/*.jsonl.gz`` with id/text/source/added) and read by both tools. Above 10,000 further documents
+join the first half of one real passage's lines to the second half of another's, which lifts the per-document
+signal above this VM's process-to-process CPU noise; their lines repeat, so there only exact dedup, the C4 rules
+and the one-pass line rule (Dolma's own) are compared.
 
 Dolma runs as its users run it, from its own venv, one process: ``dolma dedupe`` (Bloom filter, documents by
 ``$.text``; paragraphs), ``dolma tag --taggers c4_v2``. cuvee runs ``cuvee run`` on a recipe with one stage
-(``exact_dedup`` as the default barrier and with ``one_pass: true``, ``line_dedup``, ``c4_quality``), tasks=1,
-workers=1; both exact variants are compared with the same Dolma runs.
+(``exact_dedup`` and ``line_dedup``, each as the default barrier and with ``one_pass: true``, ``c4_quality``),
+tasks=1, workers=1; both variants of a dedup stage are compared with the same Dolma runs.
 
 Each (tool, operation, corpus) is a fresh process; CPU = user + system of the child (getrusage). Runs are
 interleaved round-robin, ``--runs`` times; medians reported with [min-max]. Start-up is set apart by also
 running every command on a 30-document corpus: per-document cost = (CPU(N) - CPU(30)) / (N - 30). For
-cuvee the stage's cost is *marginal*: a recipe without the stage (read JSONL -> write JSONL) run on the stage's
-own output is subtracted, so reading and writing, which Dolma's dedupe also does (documents in, attribute files
-out), are not charged to cuvee's stage, and neither is the writing a stage saves by dropping or shortening
-documents (gzip output costs ~5x reading; subtracting the full input's read+write would credit a stage that drops
-10 % of the documents with ~10 us a document it never saved). The stage's figure still includes re-reading the
-input (copy-free dedup reads it twice), its whole-corpus phase jobs, the filter and its intermediate files;
-the baseline reads the smaller output instead of the input, which charges the stage slightly more. The whole
-run's cost is printed too. What each removes is printed next to it: the two tools' rules differ (Dolma drops every repeat after the first paragraph; cuvee's line dedup removes
-a line seen in >= k documents of a bucket, ccNet / Llama 3), so decisions are compared, not assumed.
+cuvee the stage's cost is *marginal*: a baseline recipe that reads the same input and writes exactly the stage's
+output (the benchmark-only ``bench_keep_ids`` stage of ``_keep_ids.py`` keeps the documents the stage kept, with
+the texts it wrote, at about 1 us a document, which this credits to the stage) is subtracted, so reading and writing, which Dolma's dedupe also does (documents in,
+attribute files out), are not charged to cuvee's stage, and neither is the writing a stage saves by dropping or
+shortening documents. (Until 2026-11-26 the baseline read the stage's output instead of its input, which charged
+a stage for reading every document it dropped: slight at 10 % drops, most of the figure where a stage drops 80 %.)
+The stage's figure still includes re-reading the input (copy-free dedup reads it twice), its whole-corpus phase
+jobs, the filter and its intermediate files. The whole run's cost is printed too. What each removes is printed next to it: the rules differ (Dolma drops every repeat after the first paragraph; cuvee's default line dedup removes
+every copy of a line seen in >= k documents of a bucket, ccNet / Llama 3; its ``one_pass`` with k = 2 is Dolma's
+rule on ccNet-normalised lines), so decisions are compared, not assumed.
 
     python -m venv /tmp/dolma-venv && /tmp/dolma-venv/bin/pip install dolma
     python benchmarks/bench_dolma.py --dolma /tmp/dolma-venv/bin/dolma --runs 3 --docs 10000
@@ -53,6 +56,9 @@ CUVEE_STAGES = {
     "exact": {"stage": "exact_dedup"},
     "exact one_pass": {"stage": "exact_dedup", "one_pass": True},
     "paragraph/line": {"stage": "line_dedup", "bucket_size": 1_000_000, "min_occurrences": 2, "min_words": 0},
+    # Dolma's own rule (a repeat is removed, its first copy stays), decided while reading
+    "line one_pass": {"stage": "line_dedup", "one_pass": True, "bucket_size": 1_000_000, "min_occurrences": 2,
+                      "count_per_document": False, "min_words": 0},
     "c4 rules": {"stage": "c4_quality"},
 }
 
@@ -90,7 +96,9 @@ def build_corpus(folder: Path, n: int, seed: int = 0) -> dict:
 REAL_PASSAGES = 10_000  # about what the real pages give; beyond, build_corpus joins halves of two passages
 
 # the Dolma command each cuvee operation is compared with (one Dolma run per command and round)
-DOLMA_OP = {"exact": "exact", "exact one_pass": "exact", "paragraph/line": "paragraph/line", "c4 rules": "c4 rules"}
+DOLMA_OP = {"exact": "exact", "exact one_pass": "exact", "paragraph/line": "paragraph/line",
+            "line one_pass": "paragraph/line", "c4 rules": "c4 rules"}
+LINE_OPS = ("paragraph/line", "line one_pass")
 
 
 def _child_cpu(cmd: list[str], cwd: Path | None = None) -> float:
@@ -102,29 +110,32 @@ def _slug(op: str | None) -> str:
     return (op or "baseline").replace("/", "_").replace(" ", "_")
 
 
-def cuvee_run(docs: Path, op: str | None, work: Path, keep_output: Path | None = None) -> tuple[float, dict]:
+def cuvee_run(docs: Path, op: str | None, work: Path, kept_ids: Path | None = None) -> tuple[float, dict]:
     """``cuvee run`` of read JSONL (folder ``docs``) -> [stage] -> write JSONL, in a fresh interpreter; CPU s and
-    the funnel. ``keep_output``: move the run's output folder there (the input of its own baseline)."""
+    the funnel. ``kept_ids``: with an op, write the documents it kept there (id, text); without one, the run keeps
+    only those, with those texts (the op's baseline: the same input read, the same output written, no stage work)."""
     run_dir = work / f"cuvee_{_slug(op)}"
     shutil.rmtree(run_dir, ignore_errors=True)
+    stages = [CUVEE_STAGES[op]] if op else [{"stage": "bench_keep_ids", "ids_file": str(kept_ids)}] if kept_ids else []
     recipe = {"name": "bench_dolma", "run_dir": str(run_dir),
-              "input": {"paths": [str(docs)], "format": "jsonl"},
-              "stages": [CUVEE_STAGES[op]] if op else [],
+              "input": {"paths": [str(docs)], "format": "jsonl"}, "stages": stages,
               "output": {"format": "jsonl"}, "executor": {"kind": "local", "tasks": 1, "workers": 1}}
     rf = work / "recipe.json"
     rf.write_text(json.dumps(recipe))
-    code = ("import json,sys; from cuvee.pipeline.runner import run_recipe; "
+    code = ("import json,sys; import benchmarks._keep_ids; from cuvee.pipeline.runner import run_recipe; "
             f"run_recipe(json.load(open({str(rf)!r})))")
     cpu = _child_cpu([sys.executable, "-c", code], cwd=REPO)
     stats = json.loads((run_dir / "stats.json").read_text())
     st = [s for s in stats["stages"] if s["name"] not in ("reader",)]
     info = {"kept": stats["accounting"]["kept"], "dropped": dict(stats["accounting"]["by_reason"])}
-    if op == "paragraph/line":
+    if op in LINE_OPS:
         c = next(s for s in st if s["name"] == "line_dedup")["counters"]
         info["lines_removed"] = c.get("lines_removed", 0)
-    if keep_output is not None:
-        shutil.rmtree(keep_output, ignore_errors=True)
-        shutil.move(str(run_dir / "output"), keep_output)
+    if op and kept_ids is not None:
+        from _keep_ids import write_kept
+
+        write_kept(kept_ids, (json.loads(line) for f in sorted((run_dir / "output").rglob("*.jsonl*"))
+                              for line in (gzip.open(f, "rt") if f.suffix == ".gz" else open(f))))
     return cpu, info
 
 
@@ -167,7 +178,7 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=3000)
     ap.add_argument("--tiny", type=int, default=30)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--ops", default="exact,exact one_pass,paragraph/line,c4 rules")
+    ap.add_argument("--ops", default="exact,exact one_pass,paragraph/line,line one_pass,c4 rules")
     args = ap.parse_args()
     if not Path(args.dolma).exists():
         sys.exit(f"no {args.dolma}: python -m venv /tmp/dolma-venv && /tmp/dolma-venv/bin/pip install dolma")
@@ -177,8 +188,11 @@ def main() -> None:
     build_corpus(tiny, args.tiny, seed=1)
     ops = args.ops.split(",")
     if args.docs > REAL_PASSAGES and "paragraph/line" in ops:
-        sys.exit(f"--docs above {REAL_PASSAGES:,} joins halves of real passages: their lines repeat, so "
-                 "paragraph/line dedup would see mostly repeats; use it with --ops 'exact,exact one_pass,c4 rules'")
+        # the joined halves repeat real lines, so nearly every line reaches k = 2 and the barrier's rule (remove
+        # every copy) empties the documents; "line one_pass" applies Dolma's own rule (the first copy stays), so
+        # both tools still do the same work there
+        sys.exit(f"--docs above {REAL_PASSAGES:,} joins halves of real passages: their lines repeat, so the "
+                 "barrier's paragraph/line rule would empty the documents; use 'line one_pass', exact or c4 there")
     version = subprocess.run([str(Path(args.dolma).parent / "python"), "-c",
                               "import importlib.metadata as m; print(m.version('dolma'))"], capture_output=True,
                              text=True).stdout.strip()
@@ -191,13 +205,12 @@ def main() -> None:
             c, i = cuvee_run(corpus / "documents", None, work)
             cpu.setdefault(("cuvee", "baseline", corpus_name), []).append(c)
             for op in ops:
-                out = work / f"out_{_slug(op)}_{corpus_name}"
-                c, i = cuvee_run(corpus / "documents", op, work, keep_output=out)
+                kept = work / f"kept_{_slug(op)}_{corpus_name}.json"
+                c, i = cuvee_run(corpus / "documents", op, work, kept_ids=kept)
                 cpu.setdefault(("cuvee", op, corpus_name), []).append(c)
                 decisions[("cuvee", op, corpus_name)] = i
-                # the op's baseline: read -> write of what the op wrote (same output size, so writing less
-                # after drops is not credited to the stage; reading its smaller input slightly favours Dolma)
-                c, _ = cuvee_run(out, None, work)
+                # the op's baseline: the same input read, the documents the op kept written, nothing else
+                c, _ = cuvee_run(corpus / "documents", None, work, kept_ids=kept)
                 cpu.setdefault(("cuvee", "baseline " + op, corpus_name), []).append(c)
                 dop = DOLMA_OP[op]
                 if len(cpu.get(("dolma", dop, corpus_name), [])) <= r:

@@ -162,6 +162,19 @@ def test_word_table_is_pythons_regex():
         assert bool(table[cp]) == bool(re.match(r"\w", chr(cp))), hex(cp)
 
 
+def test_code_points_are_str_lower_exactly():
+    """The kernels' input is lowered through str.lower's table; the two code points it does not lower one to one
+    (U+0130 becomes two, U+03A3 depends on its neighbours: final sigma) send their texts through str.lower."""
+    every = np.arange(0x110000, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
+    texts = [every[i:i + 50_000] for i in range(0, len(every), 50_000)]
+    texts += ["ΟΔΟΣ ΣΟΦΙΑΣ.", "İstanbul", "plain ascii", "", "ΣΑ", "aΣ b"] + list(real_texts()[:20])
+    cps, offsets = native.code_points(texts)
+    for i, t in enumerate(texts):
+        got = cps[offsets[i]:offsets[i + 1]].tobytes().decode("utf-32-le", "surrogatepass")
+        assert got == t.lower(), i
+    assert "ς" in native.code_points(["ΟΔΟΣ"])[0].tobytes().decode("utf-32-le")  # the final sigma, in context
+
+
 def test_normalize_lines_equals_line_by_line():
     texts = list(real_texts()[:200]) + TRICKY + ["ΟΔΟΣ ΣΑΣ\nΟΔΟΣ\r\nCafé\n\n  x  \n"]
     for t in texts:
@@ -305,3 +318,27 @@ def test_cluster_phase_streams_edges_and_applies_keep_rule(tmp_path, with_index)
         got = load_array(tmp_path / "drops" / f"{r:05d}.u64", np.uint64).tolist()
         assert got == sorted(ref[r])
     assert sum(len(d) for d in ref) > 100
+
+
+def test_batched_doc_stats_equal_per_document_updates():
+    from datatrove.data import Document
+    from datatrove.pipeline.filters.base_filter import BaseFilter
+
+    from cuvee.dedup.steps import add_doc_stats
+
+    class Keep(BaseFilter):
+        def filter(self, doc):
+            return True
+
+    one, batched = Keep(), Keep()
+    docs = [Document(text=t, id=str(i)) for i, t in enumerate(real_texts()[:50])]
+    for d in docs:
+        one.update_doc_stats(d)
+    for lo in range(0, 50, 16):
+        add_doc_stats(batched, docs[lo:lo + 16])
+    a, b = one.stats["doc_len"], batched.stats["doc_len"]
+    assert (a.total, a.n, a.min, a.max) == (b.total, b.n, b.min, b.max)
+    assert b.mean == pytest.approx(a.mean, rel=1e-12) and b.variance == pytest.approx(a.variance, rel=1e-9)
+    tokens = Keep()
+    add_doc_stats(tokens, [Document(text="ab", id="t", metadata={"token_count": 3})])
+    assert tokens.stats["doc_len_tokens"].total == 3  # documents with token counts keep datatrove's own update

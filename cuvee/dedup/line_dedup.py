@@ -10,6 +10,12 @@ with the partitioned spill (memory within ``memory_budget_mb``) and writes the s
 reach k; the filter looks up the stored per-line hashes (no second normalisation) and removes those
 lines. Documents left empty, or with fewer than ``min_words`` words after a removal, are dropped with
 their reason.
+
+With ``one_pass: true`` (one task) the rule is decided as documents stream by, Dolma-style: a line is removed
+from a document once k-1 *earlier* documents of its bucket held it (so the first k-1 copies stay, which the
+barrier would remove too; with ``count_per_document: false``, once it occurred k-1 times before), counted in a
+compiled in-memory table (:mod:`cuvee.dedup.line_counts`). It reads the input once and writes no line-hash
+files; memory grows with the distinct lines of a bucket.
 """
 
 from __future__ import annotations
@@ -20,13 +26,16 @@ from pathlib import Path
 import numpy as np
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
+from datatrove.utils.batching import batched
 from pydantic import Field
 
 from cuvee.dedup.files import AtomicWriter, PositionTracker, load_array, rank_file
-from cuvee.dedup.spill import chunk_records, key_partitions
-from cuvee.dedup.steps import RecordingStep
+from cuvee.dedup.line_counts import LineCountTable
 from cuvee.dedup.native_lines import line_hashes_of
+from cuvee.dedup.spill import chunk_records, key_partitions
+from cuvee.dedup.steps import RecordingStep, add_doc_stats
 from cuvee.dedup.text import WORD_RE
+from cuvee.pipeline.recipe import RecipeError
 from cuvee.pipeline.registry import Barrier, BuildContext, Phase, StageParams, register_stage
 
 HASH_RECORD = np.dtype([("h", "<u8")])
@@ -38,7 +47,13 @@ class LineDedupParams(StageParams):
     count_per_document: bool = Field(True, description="count a line once per document (a list repeating a line "
                                                        "inside one page does not make it boilerplate)")
     min_words: int = Field(5, ge=0, description="after removing lines, drop documents with fewer words")
-    memory_budget_mb: int = Field(1024, ge=1, description="per phase task; larger buckets spill to disk")
+    memory_budget_mb: int = Field(1024, ge=1, description="per phase task; larger buckets spill to disk "
+                                                         "(one_pass: the most its line counts may take)")
+    one_pass: bool = Field(False, description="executor.tasks 1 only: decide while reading, on what was seen so "
+                                              "far: a line is removed once k-1 earlier documents of the bucket "
+                                              "held it (or, count_per_document false, once it occurred k-1 times "
+                                              "before; with k=2 that is Dolma's paragraph rule, the first copy "
+                                              "stays); counts in memory, ~40 bytes per distinct line")
 
 
 def line_hashes(text: str) -> np.ndarray:
@@ -225,25 +240,131 @@ class LineDedupFilter(BaseFilter):
         if len(lines) != len(h):
             raise RuntimeError(f"line dedup: document {doc.id!r} has {len(lines)} lines, {len(h)} were recorded "
                                "(its text changed between the recording pass and the filter)")
-        keep = (~h).tolist()
-        kept = "\n".join(compress(lines, keep))
-        removed = len(keep) - sum(keep)
+        verdict, removed, chars = remove_lines(doc, lines, h, self.min_words)
         self.stat_update("lines_removed", value=removed)
-        # every removed line with its newline: what the kept lines and their newlines do not account for
-        self.stat_update("chars_removed", value=len(doc.text) - len(kept) if removed < len(keep) else len(doc.text) + 1)
+        self.stat_update("chars_removed", value=chars)
         self.stat_update("docs_with_lines_removed")
-        text = kept.strip()
-        if not text:
-            return False, "empty_after_line_dedup"
-        if self.min_words and sum(1 for _ in islice(WORD_RE.finditer(text), self.min_words)) < self.min_words:
-            return False, "too_short_after_line_dedup"
-        doc.text = text
-        return True
+        return verdict
+
+
+def remove_lines(doc, lines: list[str], hit: np.ndarray, min_words: int):
+    """Removes the lines marked in ``hit`` from ``doc.text`` (already split into ``lines``). Returns (True, or
+    (False, reason) for a document left empty or under ``min_words`` words; lines removed; characters removed,
+    every removed line with its newline)."""
+    keep = (~hit).tolist()
+    kept = "\n".join(compress(lines, keep))
+    removed = len(keep) - sum(keep)
+    chars = len(doc.text) - len(kept) if removed < len(keep) else len(doc.text) + 1
+    text = kept.strip()
+    if not text:
+        return (False, "empty_after_line_dedup"), removed, chars
+    if min_words and sum(1 for _ in islice(WORD_RE.finditer(text), min_words)) < min_words:
+        return (False, "too_short_after_line_dedup"), removed, chars
+    doc.text = text
+    return True, removed, chars
+
+
+class OnePassLineDedup(BaseFilter):
+    """One task: removes a line from a document once k-1 earlier documents of its bucket held it (or it occurred
+    k-1 times before, without ``count_per_document``), decided as documents stream by (no line-hash files, no
+    count phase, no second read of the input).
+
+    Not the barrier's rule: the barrier removes a frequent line from *every* document holding it, the first
+    ones included, since it counts the whole bucket first; here the first k-1 documents keep their copies.
+    Deterministic for a given input stream, so the compiler may replay it after a later barrier."""
+
+    name = "📏 line dedup (one pass)"
+    replays_exactly = True
+    BATCH = 1024
+
+    def __init__(self, bucket_size: int, min_occurrences: int, count_per_document: bool, min_words: int,
+                 memory_budget_mb: int, exclusion_writer=None):
+        super().__init__(exclusion_writer=exclusion_writer)
+        self.bucket_size = bucket_size
+        self.k = min_occurrences
+        self.per_document = count_per_document
+        self.min_words = min_words
+        self.budget_mb = memory_budget_mb
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        if world_size != 1:
+            raise RuntimeError(f"line_dedup one_pass needs one task, this run has {world_size}: set one_pass: false "
+                               "(the default) to deduplicate across tasks")
+        self._table = LineCountTable(self.k - 1, self.per_document, self.budget_mb * 2**20)
+        self._pos = self._distinct = 0
+        if self.exclusion_writer:
+            yield from super().run(data, rank, world_size)
+        else:
+            yield from self._lean_run(data)
+        self.stat_update("distinct_lines", value=self._distinct + self._table.used)  # summed over buckets
+        self._table = None
+
+    def _verdicts(self, batch: list) -> list:
+        """(verdict, lines removed, characters removed) per document, counted in stream order and per bucket."""
+        out = []
+        while batch:
+            room = self.bucket_size - self._pos % self.bucket_size  # documents left in the current bucket
+            part, batch = batch[:room], batch[room:]
+            if self._pos and self._pos % self.bucket_size == 0:
+                self._distinct += self._table.used
+                self._table.clear()
+            texts = [d.text for d in part]
+            hashes, n_lines = line_hashes_of(texts)
+            remove, removed = self._table.decide(hashes, n_lines, self._pos, self.budget_mb)
+            self._pos += len(part)
+            starts = np.concatenate([[0], np.cumsum(n_lines, dtype=np.int64)]).tolist()
+            for i, (doc, r) in enumerate(zip(part, removed.tolist())):
+                if not r:
+                    out.append((True, 0, 0))
+                    continue
+                lines = texts[i].split("\n")
+                out.append(remove_lines(doc, lines, remove[starts[i]:starts[i + 1]], self.min_words))
+        return out
+
+    def filter(self, doc):  # the exclusion-writer path: one document at a time
+        verdict, removed, chars = self._verdicts([doc])[0]
+        if removed:
+            self.stat_update("lines_removed", value=removed)
+            self.stat_update("chars_removed", value=chars)
+            self.stat_update("docs_with_lines_removed")
+        return verdict
+
+    def _lean_run(self, data):
+        """BaseFilter's counters, updated once per batch (datatrove's stat_update costs microseconds a call)."""
+        for batch in batched(data, self.BATCH):
+            with self.track_time():
+                verdicts = self._verdicts(batch)
+            kept, reasons, removed, chars, touched = [], {}, 0, 0, 0
+            for doc, (verdict, r, c) in zip(batch, verdicts):
+                if r:
+                    removed, chars, touched = removed + r, chars + c, touched + 1
+                if verdict is True:
+                    kept.append(doc)
+                else:
+                    reasons[verdict[1]] = reasons.get(verdict[1], 0) + 1
+            self.stat_update("total", value=len(batch))
+            if touched:
+                self.stat_update("lines_removed", value=removed)
+                self.stat_update("chars_removed", value=chars)
+                self.stat_update("docs_with_lines_removed", value=touched)
+            if kept:
+                self.stat_update("forwarded", value=len(kept))
+            for reason, n in reasons.items():
+                self.stat_update("dropped", value=n)
+                self.stat_update(f"dropped_{reason}", value=n)
+            add_doc_stats(self, kept)
+            yield from kept
 
 
 @register_stage("line_dedup", LineDedupParams)
 def build_line_dedup(p: LineDedupParams, ctx: BuildContext):
     """CCNet / Llama 3 line dedup: remove lines seen in >= k documents of each bucket of N documents."""
+    if p.one_pass:
+        if ctx.tasks != 1:
+            raise RecipeError(f"stage {ctx.stage_name!r}: one_pass needs executor.tasks: 1 (this recipe has "
+                              f"{ctx.tasks}); leave one_pass out to deduplicate across tasks")
+        return [OnePassLineDedup(p.bucket_size, p.min_occurrences, p.count_per_document, p.min_words,
+                                 p.memory_budget_mb)]
     folder = ctx.stage_dir()
     return Barrier(
         before=[LineHashRecorder(folder, p.count_per_document)],

@@ -19,6 +19,8 @@ from functools import lru_cache
 import numba as nb
 import numpy as np
 
+from cuvee.dedup.native_exact import lower_table
+
 FNV_OFFSET = 0xCBF29CE484222325
 FNV_PRIME = 0x100000001B3
 MAX_CODE_POINT = 0x110000
@@ -35,11 +37,20 @@ def word_char_table() -> np.ndarray:
 
 
 def code_points(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(uint32 code points of the lower-cased texts, concatenated; int64 offsets [n+1])."""
-    enc = [t.lower().encode("utf-32-le", "surrogatepass") for t in texts]
+    """(uint32 code points of the lower-cased texts, concatenated; int64 offsets [n+1]).
+
+    Lowered through ``str.lower``'s own table, one numpy gather per batch (``str.lower`` cost ~9 us on a 1.6 KB
+    page); texts holding the two code points it does not lower one to one (U+0130, U+03A3) go through
+    ``str.lower`` itself, so the result is exactly ``t.lower()``'s code points."""
+    enc = [t.encode("utf-32-le", "surrogatepass") for t in texts]
+    lowered = lower_table()[np.frombuffer(b"".join(enc), dtype=np.uint32)]
+    if (lowered < 0).any():
+        enc = [t.lower().encode("utf-32-le", "surrogatepass") if "\u0130" in t or "\u03a3" in t else e
+               for t, e in zip(texts, enc)]
+        lowered = lower_table()[np.frombuffer(b"".join(enc), dtype=np.uint32)]  # str.lower's output maps to itself
     offsets = np.zeros(len(enc) + 1, dtype=np.int64)
     np.cumsum(np.fromiter((len(e) >> 2 for e in enc), dtype=np.int64, count=len(enc)), out=offsets[1:])
-    return np.frombuffer(b"".join(enc), dtype=np.uint32), offsets
+    return lowered.view(np.uint32), offsets
 
 
 # constants as uint64 scalars: numba would promote a mix of int64 and uint64 to float64

@@ -8,6 +8,7 @@ import numpy as np
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.utils.batching import batched
+from datatrove.utils.stats import MetricStats
 
 from cuvee.dedup.files import AtomicWriter, PositionTracker, id_check, load_array, rank_file
 
@@ -61,6 +62,22 @@ class RecordingStep(PipelineStep):
         yield from batch
 
 
+def add_doc_stats(step: PipelineStep, docs: list) -> None:
+    """``step.update_doc_stats`` for a batch in one merge: the same total, count, min and max as one update per
+    document, mean and variance equal up to float rounding (datatrove merges tasks' stats the same way)."""
+    if not docs:
+        return
+    if any(d.metadata.get("token_count") for d in docs):
+        for d in docs:
+            step.update_doc_stats(d)
+        return
+    lengths = [len(d.text) for d in docs]
+    n, total = len(lengths), sum(lengths)
+    mean = total / n
+    step.stats["doc_len"] += MetricStats(total=total, n=n, mean=mean, min=min(lengths), max=max(lengths),
+                                         _running_variance=sum((x - mean) ** 2 for x in lengths), unit="doc")
+
+
 def lean_filter_run(step: BaseFilter, data, keep_batch, reason: str):
     """A dedup filter without an exclusion writer (the common case): BaseFilter's counters, updated once per
     batch of 1,024 instead of once per document. ``keep_batch(batch)`` gives one bool per document; every
@@ -75,10 +92,9 @@ def lean_filter_run(step: BaseFilter, data, keep_batch, reason: str):
         if n_kept < len(batch):
             step.stat_update("dropped", value=len(batch) - n_kept)
             step.stat_update(f"dropped_{reason}", value=len(batch) - n_kept)
-        for doc, k in zip(batch, keep):
-            if k:
-                step.update_doc_stats(doc)
-                yield doc
+        kept = [doc for doc, k in zip(batch, keep) if k]
+        add_doc_stats(step, kept)
+        yield from kept
 
 
 class DropListed(BaseFilter):
