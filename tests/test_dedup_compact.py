@@ -119,11 +119,12 @@ def test_one_pass_exact_dedup_equals_the_barrier_on_one_task(tmp_path):
     assert not (tmp_path / "one_pass" / "work" / "01_exact_dedup").exists()  # no key files
 
 
-def test_one_pass_exact_dedup_refuses_several_tasks_before_any_work(tmp_path):
+@pytest.mark.parametrize("stage", ["exact_dedup", "line_dedup"])
+def test_one_pass_dedup_refuses_several_tasks_before_any_work(tmp_path, stage):
     from cuvee.pipeline.recipe import RecipeError
 
     recipe = parse_recipe({"name": "x", "run_dir": str(tmp_path / "r"), "input": {"paths": ["data/sample"]},
-                           "stages": [{"stage": "exact_dedup", "one_pass": True}],
+                           "stages": [{"stage": stage, "one_pass": True}],
                            "executor": {"kind": "local", "tasks": 2}})
     with pytest.raises(RecipeError, match="one_pass needs executor.tasks: 1"):
         compile_recipe(recipe)

@@ -14,8 +14,6 @@ from datatrove.pipeline.writers import JsonlWriter
 from cuvee.dedup.line_counts import LineCountTable
 from cuvee.dedup.line_dedup import OnePassLineDedup
 from cuvee.dedup.text import WORD_RE, normalize_line
-from cuvee.pipeline.compiler import compile_recipe
-from cuvee.pipeline.recipe import RecipeError, parse_recipe
 from cuvee.pipeline.runner import run_recipe
 
 from _dedup_helpers import quiet, real_texts
@@ -171,11 +169,3 @@ def test_recipe_run_one_pass_then_a_barrier_is_replayed_not_copied(tmp_path):
     assert list((tmp_path / "run" / "work").glob("seg*/*.jsonl")) == []  # the barrier re-ran it, no copy
     assert not (tmp_path / "run" / "work" / "00_line_dedup").exists()  # no line-hash files
 
-
-def test_one_pass_line_dedup_refuses_several_tasks_before_any_work(tmp_path):
-    recipe = parse_recipe({"name": "x", "run_dir": str(tmp_path / "r"), "input": {"paths": ["data/sample"]},
-                           "stages": [{"stage": "line_dedup", "one_pass": True}],
-                           "executor": {"kind": "local", "tasks": 2}})
-    with pytest.raises(RecipeError, match="one_pass needs executor.tasks: 1"):
-        compile_recipe(recipe)
-    assert not (tmp_path / "r").exists()
