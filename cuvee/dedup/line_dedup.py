@@ -50,7 +50,7 @@ class LineDedupParams(StageParams):
     memory_budget_mb: int = Field(1024, ge=1, description="per phase task; larger buckets spill to disk "
                                                          "(one_pass: the most its line counts may take)")
     one_pass: bool = Field(False, description="executor.tasks 1 only: decide while reading, on what was seen so "
-                                              "far: a line is removed once k-1 earlier documents of the bucket "
+                                              "far: a line is removed once k-1 earlier documents (k: min_occurrences) of the bucket "
                                               "held it (or, count_per_document false, once it occurred k-1 times "
                                               "before; with k=2 that is Dolma's paragraph rule, the first copy "
                                               "stays); counts in memory, ~40 bytes per distinct line")
