@@ -73,8 +73,7 @@ class OnePassExactDedup(BaseFilter):
             yield from super().run(data, rank, world_size)
         else:
             yield from lean_filter_run(
-                self, data, lambda batch: [self._decide(h) is True for h in text_digests([d.text for d in batch])],
-                "exact_duplicate")
+                self, data, lambda batch: [self._decide(h) for h in text_digests([d.text for d in batch])])
         self.stat_update("unique_keys", value=len(self._seen))
         self._seen = set()
 

@@ -26,14 +26,13 @@ from pathlib import Path
 import numpy as np
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
-from datatrove.utils.batching import batched
 from pydantic import Field
 
 from cuvee.dedup.files import AtomicWriter, PositionTracker, load_array, rank_file
 from cuvee.dedup.line_counts import LineCountTable
 from cuvee.dedup.native_lines import line_hashes_of
 from cuvee.dedup.spill import chunk_records, key_partitions
-from cuvee.dedup.steps import RecordingStep, add_doc_stats
+from cuvee.dedup.steps import RecordingStep, lean_filter_run
 from cuvee.dedup.text import WORD_RE
 from cuvee.pipeline.recipe import RecipeError
 from cuvee.pipeline.registry import Barrier, BuildContext, Phase, StageParams, register_stage
@@ -295,7 +294,7 @@ class OnePassLineDedup(BaseFilter):
         if self.exclusion_writer:
             yield from super().run(data, rank, world_size)
         else:
-            yield from self._lean_run(data)
+            yield from lean_filter_run(self, data, self._decide_batch, self.BATCH)
         self.stat_update("distinct_lines", value=self._distinct + self._table.used)  # summed over buckets
         self._table = None
 
@@ -321,39 +320,22 @@ class OnePassLineDedup(BaseFilter):
                 out.append(remove_lines(doc, lines, remove[starts[i]:starts[i + 1]], self.min_words))
         return out
 
-    def filter(self, doc):  # the exclusion-writer path: one document at a time
-        verdict, removed, chars = self._verdicts([doc])[0]
-        if removed:
+    def _decide_batch(self, batch: list) -> list:
+        """One verdict per document (True, or (False, reason)); the line counters updated once per batch."""
+        removed = chars = touched = 0
+        verdicts = []
+        for verdict, r, c in self._verdicts(batch):
+            if r:
+                removed, chars, touched = removed + r, chars + c, touched + 1
+            verdicts.append(verdict)
+        if touched:
             self.stat_update("lines_removed", value=removed)
             self.stat_update("chars_removed", value=chars)
-            self.stat_update("docs_with_lines_removed")
-        return verdict
+            self.stat_update("docs_with_lines_removed", value=touched)
+        return verdicts
 
-    def _lean_run(self, data):
-        """BaseFilter's counters, updated once per batch (datatrove's stat_update costs microseconds a call)."""
-        for batch in batched(data, self.BATCH):
-            with self.track_time():
-                verdicts = self._verdicts(batch)
-            kept, reasons, removed, chars, touched = [], {}, 0, 0, 0
-            for doc, (verdict, r, c) in zip(batch, verdicts):
-                if r:
-                    removed, chars, touched = removed + r, chars + c, touched + 1
-                if verdict is True:
-                    kept.append(doc)
-                else:
-                    reasons[verdict[1]] = reasons.get(verdict[1], 0) + 1
-            self.stat_update("total", value=len(batch))
-            if touched:
-                self.stat_update("lines_removed", value=removed)
-                self.stat_update("chars_removed", value=chars)
-                self.stat_update("docs_with_lines_removed", value=touched)
-            if kept:
-                self.stat_update("forwarded", value=len(kept))
-            for reason, n in reasons.items():
-                self.stat_update("dropped", value=n)
-                self.stat_update(f"dropped_{reason}", value=n)
-            add_doc_stats(self, kept)
-            yield from kept
+    def filter(self, doc):  # the exclusion-writer path: one document at a time
+        return self._decide_batch([doc])[0]
 
 
 @register_stage("line_dedup", LineDedupParams)

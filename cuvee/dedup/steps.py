@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -78,21 +79,21 @@ def add_doc_stats(step: PipelineStep, docs: list) -> None:
                                          _running_variance=sum((x - mean) ** 2 for x in lengths), unit="doc")
 
 
-def lean_filter_run(step: BaseFilter, data, keep_batch, reason: str):
+def lean_filter_run(step: BaseFilter, data, decide_batch, batch_size: int = 1024):
     """A dedup filter without an exclusion writer (the common case): BaseFilter's counters, updated once per
-    batch of 1,024 instead of once per document. ``keep_batch(batch)`` gives one bool per document; every
-    drop is counted under ``reason``."""
-    for batch in batched(data, 1024):
+    batch (1,024 documents by default) instead of once per document. ``decide_batch(batch)`` gives one verdict per document, as
+    ``BaseFilter.filter`` does: True, or (False, reason)."""
+    for batch in batched(data, batch_size):
         with step.track_time():
-            keep = keep_batch(batch)
-        n_kept = sum(keep)
+            verdicts = decide_batch(batch)
+        kept = [doc for doc, v in zip(batch, verdicts) if v is True]
         step.stat_update("total", value=len(batch))
-        if n_kept:
-            step.stat_update("forwarded", value=n_kept)
-        if n_kept < len(batch):
-            step.stat_update("dropped", value=len(batch) - n_kept)
-            step.stat_update(f"dropped_{reason}", value=len(batch) - n_kept)
-        kept = [doc for doc, k in zip(batch, keep) if k]
+        if kept:
+            step.stat_update("forwarded", value=len(kept))
+        if len(kept) < len(batch):
+            step.stat_update("dropped", value=len(batch) - len(kept))
+            for reason, n in Counter(v[1] for v in verdicts if v is not True).items():
+                step.stat_update(f"dropped_{reason}", value=n)
         add_doc_stats(step, kept)
         yield from kept
 
@@ -120,7 +121,7 @@ class DropListed(BaseFilter):
         if self.exclusion_writer:
             yield from super().run(data, rank, world_size)
             return
-        yield from lean_filter_run(self, data, lambda batch: [self.filter(doc) is True for doc in batch], self.reason)
+        yield from lean_filter_run(self, data, lambda batch: [self.filter(doc) for doc in batch])
 
     def filter(self, doc):
         pos = self._tracker.next(doc)
