@@ -2,7 +2,8 @@
 trafilatura 2.x vs cuvee's ``extract`` stage (2.x, fallback comparison skipped for long main texts).
 
 Same decoded HTML strings for every system, FineWeb settings (favor_precision, no comments, tables, no
-dedup cache). Each (system, run) is a fresh interpreter; runs are interleaved round-robin so machine load
+dedup cache). cuvee's default writes table cells as lines (``extract.tables: text``, as 1.x did); its
+``tables: markdown`` row keeps 2.x's pipe rows; the last column counts pages whose text has such rows. Each (system, run) is a fresh interpreter; runs are interleaved round-robin so machine load
 hits every system alike. Reported: F1/P/R (identical across runs: extraction is deterministic) and CPU ms
 per document as median [min-max] over the runs; start-up (imports + 5 warm-up pages) is reported apart.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -24,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+PIPE_ROW = re.compile(r"^\|.*\|\s*$", re.M)  # a table row as trafilatura 2.x's text output writes it
 KW = dict(favor_precision=True, include_comments=False, deduplicate=False, include_tables=True)
 
 
@@ -37,14 +40,15 @@ def worker(pages_file: str, system: str, out_file: str) -> None:
 
     t0 = cpu()
     pages = json.loads(Path(pages_file).read_text())
-    if system == "cuvee":
+    if system.startswith("cuvee"):
+        tables = "markdown" if system == "cuvee_md" else "text"
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from datatrove.data import Document
 
         from cuvee.pipeline.stages.extract import TrafilaturaExtract
 
         def run_all(items):
-            step = TrafilaturaExtract(timeout_s=10, **KW)
+            step = TrafilaturaExtract(timeout_s=10, tables=tables, **KW)
             docs = (Document(text=html, id=k) for k, html in items)
             got = {d.id: d.text for d in step.run(docs)}
             return {k: got.get(k, "") for k, _ in items}
@@ -98,7 +102,8 @@ def main() -> None:
     systems = [("trafilatura 1.11 (datatrove[processing] pin)", args.traf111_python, "plain"),
                ("trafilatura 2.x", sys.executable, "plain"),
                ("trafilatura 2.x fast=True (no fallback)", sys.executable, "fast"),
-               ("cuvee extract (2.x, skip_fallback_above 2000)", sys.executable, "cuvee")]
+               ("cuvee extract (2.x, skip_fallback_above 2000, tables as lines: the default)", sys.executable, "cuvee"),
+               ("cuvee extract, tables: markdown (2.x's pipe rows)", sys.executable, "cuvee_md")]
     if not Path(args.traf111_python).exists():
         sys.exit(f"no {args.traf111_python}: python -m venv /tmp/traf111 && "
                  f"/tmp/traf111/bin/pip install trafilatura==1.11.0 lxml_html_clean")
@@ -126,14 +131,14 @@ def main() -> None:
                 res[name]["texts"] = o["texts"]
         base = statistics.median(res[systems[0][0]]["cpu"])
         print(f"\n{bench} ({len(pages)} pages)")
-        print(f"| system | trafilatura | F1 | P | R | CPU ms/doc median [min-max] | vs 1.11 | start-up s median |")
-        print("|---|---|---|---|---|---|---|---|")
+        print(f"| system | trafilatura | F1 | P | R | CPU ms/doc median [min-max] | vs 1.11 | start-up s median | pages with pipe rows |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for name, _, _ in systems:
             s = score(res[name]["texts"])
             c = res[name]["cpu"]
             print(f"| {name} | {versions[name]} | {s['f1']:.4f} | {s['precision']:.3f} | {s['recall']:.3f} | "
                   f"{statistics.median(c):.2f} [{min(c):.2f}-{max(c):.2f}] | {base / statistics.median(c):.2f}x | "
-                  f"{statistics.median(res[name]['startup']):.2f} |")
+                  f"{statistics.median(res[name]['startup']):.2f} | {sum(bool(PIPE_ROW.search(t or '')) for t in res[name]['texts'].values())} |")
     print(f"\nload after: {open('/proc/loadavg').read().split()[:3]}")
 
 

@@ -117,6 +117,21 @@ def test_resume_with_other_config_or_data_stops_before_any_step(data, tmp_path):
     assert json.loads((out / PLAN).read_text())["binding"]["config"]["optim"]["lr"] == 1e-3
 
 
+def test_vocab_padding_is_bound_by_the_resolved_vocab(data, tmp_path):
+    """A run started unpadded (as before vocab_multiple existed) resumes with vocab_multiple=1 and is refused
+    with the padded default, whose model has another vocab_size."""
+    out = tmp_path / "run"
+    train(_cfg(data, out, vocab_multiple=1), stop_after=3, quiet=True)
+    assert json.loads((out / PLAN).read_text())["binding"]["config"]["model"]["vocab_size"] == 257
+    assert "vocab_multiple" not in json.loads((out / PLAN).read_text())["binding"]["config"]
+    with pytest.raises(FolderError, match="vocab_size"):
+        train(_cfg(data, out), quiet=True)
+    res = train(_cfg(data, out, vocab_multiple=1), quiet=True)
+    assert res["step"] == 6 and res["model"]["vocab_size"] == 257
+    fresh = train(_cfg(data, tmp_path / "padded"), quiet=True)
+    assert fresh["model"]["vocab_size"] == 384
+
+
 def test_cli_reports_binding_mismatch_in_one_line(data, tmp_path):
     out = tmp_path / "run"
     cfg = _yaml(tmp_path, data, out)

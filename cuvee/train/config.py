@@ -118,6 +118,11 @@ class TrainConfig(_Strict):
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 autocast on GPU, fp32 on CPU
     compile: bool = False
     loss_chunk_tokens: int = Field(0, ge=0)  # >0: chunked head + loss (large vocabularies on GPU); 0: off
+    # A vocabulary taken from the data is padded up to a multiple of this (Megatron's
+    # make-vocab-size-divisible-by): cl100k's 100,277 rows make the output head's matmuls miss the GPU's fast
+    # tile paths. Padded ids never occur as inputs or targets. 1 = no padding; an explicit model.vocab_size
+    # is used as written.
+    vocab_multiple: int = Field(128, ge=1)
     log_every: int = Field(10, gt=0)
     ckpt_every: int = Field(0, ge=0)  # 0: only at the end
     keep_checkpoints: int = Field(2, ge=1)
@@ -144,7 +149,7 @@ class TrainConfig(_Strict):
         if "vocab_size" not in base:
             if vocab_size is None:
                 raise ValueError("model.vocab_size is not set and the data manifest gives none")
-            base["vocab_size"] = vocab_size
+            base["vocab_size"] = -(-vocab_size // self.vocab_multiple) * self.vocab_multiple
         return ModelConfig(**base)
 
 

@@ -213,10 +213,11 @@ def _binding(cfg: TrainConfig, mcfg, shards, info, init_from, init_optimizer: bo
     is exact from any step), ``threads`` (CPU threads: execution only, like resuming on another machine)
     and ``data.paths`` (where the shards live: the data is bound by content instead, so a moved mix still
     resumes and a different one at the same path does not). ``world_size`` stays: it changes the batch
-    and each rank's data order.
+    and each rank's data order. ``vocab_multiple`` is bound through its effect, the resolved model's
+    vocab_size, so a run started before the padding resumes with ``--set vocab_multiple=1``.
     """
     c = cfg.model_dump(mode="json")
-    for key in ("name", "out_dir", "log_every", "ckpt_every", "keep_checkpoints", "threads"):
+    for key in ("name", "out_dir", "log_every", "ckpt_every", "keep_checkpoints", "threads", "vocab_multiple"):
         c.pop(key)
     c["data"].pop("paths")
     c["model"] = mcfg.model_dump(mode="json")  # resolved: a preset is bound by its values, not its name

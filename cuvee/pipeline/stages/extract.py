@@ -9,6 +9,9 @@ duplicated content with its own line / exact / MinHash dedup stages, which are d
 ``deduplicate: true`` to reproduce FineWeb exactly (``recipes/fineweb.yaml`` does). Measured on the
 ScrapingHub benchmark from raw WARC bytes: F1 0.9554 (default) vs 0.9498 (``deduplicate: true``).
 
+A second difference from a bare trafilatura 2.x call: tables are written as lines, not as pipe rows
+(``tables: text``, see :mod:`cuvee.pipeline.stages.table_text`), as trafilatura 1.x did for FineWeb.
+
 Four guards, each a counted drop:
 
 ``dropped_too_large``           HTML longer than ``max_input_chars`` (never parsed: pathological pages
@@ -79,11 +82,15 @@ class TrafilaturaExtract(PipelineStep):
         fast: bool = False,
         timer: str = "cpu",
         skip_fallback_above: int | None = 2000,
+        tables: str = "text",
     ):
         super().__init__()
         if timer not in ("cpu", "wall"):
             raise ValueError(f"timer must be 'cpu' or 'wall', got {timer!r}")
         self.timer = timer
+        if tables not in ("text", "markdown"):
+            raise ValueError(f"tables must be 'text' or 'markdown', got {tables!r}")
+        self.tables = tables
         self.timeout_s = timeout_s
         self.max_input_chars = max_input_chars
         self.kwargs = dict(
@@ -114,8 +121,9 @@ class TrafilaturaExtract(PipelineStep):
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         from cuvee.pipeline.stages.fallback_skip import skip_fallback_above
+        from cuvee.pipeline.stages.table_text import tables_as_text
 
-        with skip_fallback_above(self.skip_fallback_above):
+        with skip_fallback_above(self.skip_fallback_above), tables_as_text(self.tables == "text"):
             yield from self._run_timed(data)
 
     def _run_timed(self, data: DocumentsPipeline) -> DocumentsPipeline:
@@ -203,6 +211,9 @@ class ExtractParams(StageParams):
     skip_fallback_above: int | None = Field(
         2000, ge=0, description="skip trafilatura's readability/jusText comparison when its main text has at least "
                                 "this many characters (~1.4x faster, same F1 on both benchmarks); null = always compare")
+    tables: Literal["text", "markdown"] = Field(
+        "text", description="table cells as their own lines, as trafilatura 1.x and FineWeb had them (text), or "
+                            "trafilatura 2.x's pipe rows (markdown), which FineWeb's line rules mostly drop")
 
 
 @register_stage("extract", ExtractParams)
