@@ -62,6 +62,21 @@ def test_the_patch_is_scoped_to_the_stage_and_checked():
         TrafilaturaExtract(tables="html")
 
 
+def test_a_trafilatura_that_stops_calling_xmltotxt_is_refused_loudly(monkeypatch):
+    """A future release that renders text another way would silently bring pipe rows back; refuse instead."""
+    from cuvee.pipeline.stages.fallback_skip import UnsupportedTrafilatura
+
+    def determine_returnstring(document, options):  # a release that no longer calls xmltotxt
+        return ""
+
+    monkeypatch.setattr(trafilatura.core, "determine_returnstring", determine_returnstring)
+    with pytest.raises(UnsupportedTrafilatura, match="extract.tables: markdown"):
+        with tables_as_text():
+            pass
+    with tables_as_text(False):  # markdown needs no internal
+        pass
+
+
 def sample_pages() -> list[Document]:
     docs = []
     for f in sorted((REPO / "data/sample").glob("*.gz")):

@@ -26,17 +26,23 @@ class UnsupportedTrafilatura(RuntimeError):
     """The installed trafilatura does not have the internal this speed-up wraps."""
 
 
-def check_supported() -> None:
+def require_internal_call(name: str, caller: str, call: str, remedy: str) -> None:
+    """Fail loudly unless ``trafilatura.core.<caller>`` still calls ``trafilatura.core.<name>`` as ``call``:
+    the speed-ups here wrap that module-level name, and would otherwise silently stop applying."""
     import trafilatura.core as core
 
-    fn = getattr(core, "compare_extraction", None)
-    caller = getattr(core, "_extract_and_compare", None)
-    if fn is None or caller is None or "compare_extraction(" not in inspect.getsource(caller):
+    fn, calling = getattr(core, name, None), getattr(core, caller, None)
+    if fn is None or calling is None or call not in inspect.getsource(calling):
         import trafilatura
 
         raise UnsupportedTrafilatura(
-            f"trafilatura {getattr(trafilatura, '__version__', '?')} no longer calls core.compare_extraction from "
-            f"core._extract_and_compare; set extract.skip_fallback_above: null (or pin trafilatura 2.x)")
+            f"trafilatura {getattr(trafilatura, '__version__', '?')} no longer calls core.{name} from "
+            f"core.{caller}; {remedy} (or pin trafilatura 2.x)")
+
+
+def check_supported() -> None:
+    require_internal_call("compare_extraction", "_extract_and_compare", "compare_extraction(",
+                          "set extract.skip_fallback_above: null")
 
 
 @contextmanager

@@ -19,23 +19,13 @@ silently writing pipe rows again.
 
 from __future__ import annotations
 
-import inspect
 from contextlib import contextmanager
 
-from cuvee.pipeline.stages.fallback_skip import UnsupportedTrafilatura
+from cuvee.pipeline.stages.fallback_skip import require_internal_call
 
 
 def check_supported() -> None:
-    import trafilatura.core as core
-
-    fn = getattr(core, "xmltotxt", None)
-    caller = getattr(core, "determine_returnstring", None)
-    if fn is None or caller is None or "xmltotxt(document.body" not in inspect.getsource(caller):
-        import trafilatura
-
-        raise UnsupportedTrafilatura(
-            f"trafilatura {getattr(trafilatura, '__version__', '?')} no longer calls core.xmltotxt from "
-            f"core.determine_returnstring; set extract.tables: markdown (or pin trafilatura 2.x)")
+    require_internal_call("xmltotxt", "determine_returnstring", "xmltotxt(document.body", "set extract.tables: markdown")
 
 
 def cells_as_paragraphs(tree) -> None:
