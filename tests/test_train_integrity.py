@@ -225,3 +225,24 @@ def _yaml(tmp_path, data, out, steps=6):
         f"steps: {steps}\nmicro_batch: 2\nlog_every: 1\nckpt_every: 3\nthreads: 1\nout_dir: '{out}'\n"
     )
     return p
+
+
+def test_ckpt_after_writes_only_the_late_checkpoints_and_the_anneal_keeps_its_averaged_steps(data, tmp_path):
+    """Anneal arms save only the checkpoints they average (each save holds the AdamW state)."""
+    out = tmp_path / "late"
+    train(_cfg(data, out, steps=8, ckpt_every=2, ckpt_after=6, keep_checkpoints=10), quiet=True)
+    assert [int(p.stem.split("_")[1]) for p in list_checkpoints(out)] == [6, 8]
+
+    from cuvee.train.anneal import AnnealConfig, _arm_config
+
+    state = {"config": _cfg(data, out).model_dump(mode="json"), "model_config": {"dim": 32, "n_layers": 1,
+             "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 64, "vocab_size": 384}}
+    for tokens in (128, 64 * 2 * 7, 64 * 2 * 12, 64 * 2 * 62, 64 * 2 * 100):
+        for k in (1, 2, 3, 5):
+            ac = AnnealConfig(checkpoint="x", candidate=["a"], control=["b"], tokens=tokens, eval={"e": "e"},
+                              average_last=k)
+            cfg = _arm_config(ac, state, "candidate", ["a"], 0, 1e-3)
+            every, n = cfg.ckpt_every, cfg.steps
+            all_saved = [s for s in range(1, n + 1) if s % every == 0 or s == n]  # the schedule before ckpt_after
+            written = [s for s in range(1, n + 1) if (s % every == 0 and s >= cfg.ckpt_after) or s == n]
+            assert written == all_saved[-k:], (tokens, k)

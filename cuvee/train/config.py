@@ -125,6 +125,7 @@ class TrainConfig(_Strict):
     vocab_multiple: int = Field(128, ge=1)
     log_every: int = Field(10, gt=0)
     ckpt_every: int = Field(0, ge=0)  # 0: only at the end
+    ckpt_after: int = Field(0, ge=0)  # periodic checkpoints only from this step on (the last step is always saved)
     keep_checkpoints: int = Field(2, ge=1)
     eval_paths: dict[str, str] = {}  # name -> held-out shard dir/prefix, evaluated at the end (loss, bpb)
     eval_docs: int = Field(200, gt=0)

@@ -187,7 +187,7 @@ def _train(cfg: TrainConfig, info, held: ExitStack, resume: bool, stop_after: in
                 f"{tok_s:,.0f} tok/s" + (f" | MFU {100 * util:.1f}%" if util is not None else ""))
             t_last, tokens_last = now, tokens_seen
 
-        if (cfg.ckpt_every and step % cfg.ckpt_every == 0) or step == cfg.steps or step == stop_after:
+        if (cfg.ckpt_every and step % cfg.ckpt_every == 0 and step >= cfg.ckpt_after) or step == cfg.steps or step == stop_after:
             last_ckpt = _save(out_dir, step, tokens_seen, model, optimizer, loader, cfg, mcfg, shards, info) or last_ckpt
 
     # ---- final evaluation ------------------------------------------------------------------
@@ -209,7 +209,7 @@ def _binding(cfg: TrainConfig, mcfg, shards, info, init_from, init_optimizer: bo
 
     Left out on purpose, because they change no weight, loss or data order, only how the run is observed
     or executed: ``name``/``out_dir`` (they only name the folder), ``log_every`` (how often a line is
-    logged), ``ckpt_every``/``keep_checkpoints`` (where snapshots are taken and how many are kept; resume
+    logged), ``ckpt_every``/``ckpt_after``/``keep_checkpoints`` (where snapshots are taken and how many are kept; resume
     is exact from any step), ``threads`` (CPU threads: execution only, like resuming on another machine)
     and ``data.paths`` (where the shards live: the data is bound by content instead, so a moved mix still
     resumes and a different one at the same path does not). ``world_size`` stays: it changes the batch
@@ -217,7 +217,7 @@ def _binding(cfg: TrainConfig, mcfg, shards, info, init_from, init_optimizer: bo
     vocab_size, so a run started before the padding resumes with ``--set vocab_multiple=1``.
     """
     c = cfg.model_dump(mode="json")
-    for key in ("name", "out_dir", "log_every", "ckpt_every", "keep_checkpoints", "threads", "vocab_multiple"):
+    for key in ("name", "out_dir", "log_every", "ckpt_every", "ckpt_after", "keep_checkpoints", "threads", "vocab_multiple"):
         c.pop(key)
     c["data"].pop("paths")
     c["model"] = mcfg.model_dump(mode="json")  # resolved: a preset is bound by its values, not its name
