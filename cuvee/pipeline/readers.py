@@ -44,6 +44,8 @@ same framing (FastWARC does not read ARC; warcio misaligns on CC's 2008-09 ARC o
 
 from __future__ import annotations
 
+import base64
+
 import bisect
 import json
 import os
@@ -919,8 +921,17 @@ class _PlannedReaderMixin:
     """datatrove's JSONL/Parquet readers with the per-file counters of :class:`CommonCrawlReader`.
 
     Also stops *before* pulling a document past ``limit`` (datatrove's pulls one more), and counts a file that
-    cannot be opened or read as ``files_failed`` (logged) instead of ending the task.
+    cannot be opened or read as ``files_failed`` (logged) instead of ending the task. A record that is read
+    but gives no document (a JSONL line that is not JSON, a record without text) is counted as read and
+    dropped (``dropped_invalid_json``, ``dropped_no_text``); datatrove skips those with a log line only, and the
+    run's accounting could not balance.
     """
+
+    _skipped_records = 0  # records of the current file read but dropped, for the file's "total"
+
+    def _drop_record(self, reason: str) -> None:
+        self._skipped_records += 1
+        self.stat_update("dropped", f"dropped_{reason}")
 
     def read_files_shard(self, shard: list[str]) -> DocumentsPipeline:
         yielded = skipped = 0
@@ -932,6 +943,7 @@ class _PlannedReaderMixin:
             logger.info(f"Reading input file {filepath}, {i + 1}/{len(shard)}")
             failed = limited = False
             ndocs = 0
+            self._skipped_records = 0
             gen = self.read_file(filepath)
             try:
                 for document in gen:
@@ -950,13 +962,17 @@ class _PlannedReaderMixin:
             finally:
                 gen.close()
             self.stat_update("documents", value=ndocs, unit="input_file")  # datatrove's record counter
+            self.stat_update("total", value=ndocs + self._skipped_records)
             self.stat_update("files_limited" if limited else "files_failed" if failed else "files_read")
 
     def get_document_from_dict(self, data: dict, source_file: str, id_in_file: int | str):
         """datatrove's document with ``file_path`` in its metadata, the path resolved once per file instead of once
         per document (resolving cost ~12 us a document, a third of reading a JSONL line)."""
         document = BaseReader.get_document_from_dict(self, data, source_file, id_in_file)
-        if document and self.add_file_path:
+        if not document:
+            self._drop_record("no_text")
+            return document
+        if self.add_file_path:
             cached = getattr(self, "_resolved_file", None)
             if cached is None or cached[0] != source_file:
                 cached = self._resolved_file = (source_file, self.data_folder.resolve_paths(source_file))
@@ -965,7 +981,69 @@ class _PlannedReaderMixin:
 
 
 class PlannedJsonlReader(_PlannedReaderMixin, JsonlReader):
-    """``JsonlReader`` counting ``files_read`` / ``files_failed`` / ``files_limited``; lists like :func:`plan_input_files`."""
+    """``JsonlReader`` counting ``files_read`` / ``files_failed`` / ``files_limited``; lists like :func:`plan_input_files`.
+
+    Reads bytes, splits lines itself and hands each line to ``orjson`` as bytes, so that every line is a record
+    that is either a document or counted: a line that is not a JSON object, or not UTF-8, is counted as
+    ``dropped_invalid_json`` (the first few logged) and reading goes on. datatrove's reader skips such lines
+    with a log line only, and stops reading a file at its first byte that is not UTF-8, so the records after it
+    were lost uncounted. Lines split on ``\\n`` only (JSON forbids a raw ``\\r`` inside a string, so a bare
+    ``\\r`` separates nothing); whitespace-only lines are not records. Documents, ids included, are
+    datatrove's own (tested on real files). Speed is datatrove's within noise (16-19 us a 1.6 KB document for
+    both, in-process, on a loaded machine).
+    """
+
+    block_bytes = 1 << 20
+
+    def read_file(self, filepath: str):
+        import orjson
+
+        li = 0
+        parts: list[bytes] = []
+        with self.data_folder.open(filepath, "rb", compression=self.compression) as f:
+            while True:
+                chunk = f.read(self.block_bytes)
+                if not chunk:
+                    break
+                end = chunk.rfind(b"\n")
+                if end < 0:  # a line longer than a block: keep collecting
+                    parts.append(chunk)
+                    continue
+                parts.append(chunk[:end])
+                lines = b"".join(parts).split(b"\n")
+                parts = [chunk[end + 1 :]]
+                docs, li = self._parse_lines(lines, filepath, li, orjson)
+                yield from docs
+        tail = b"".join(parts)
+        if tail.strip():
+            docs, li = self._parse_lines([tail], filepath, li, orjson)
+            yield from docs
+
+    def _parse_lines(self, lines: list[bytes], filepath: str, li: int, orjson) -> tuple[list, int]:
+        docs = []
+        with self.track_time():
+            for line in lines:
+                if not line.strip():  # not a record; still a line, so default ids stay datatrove's path/line
+                    li += 1
+                    continue
+                try:
+                    data = orjson.loads(line)
+                    if not isinstance(data, dict):
+                        raise orjson.JSONDecodeError("a JSONL record must be an object", "", 0)
+                except orjson.JSONDecodeError as e:
+                    self._drop_record("invalid_json")
+                    if self.stats.stats["dropped_invalid_json"].total <= 5:
+                        logger.warning(f"{filepath}: line {li + 1} is not a JSON object ({e}); counted as invalid_json")
+                    li += 1
+                    continue
+                for media in data.get("media") or ():
+                    if media.get("media_bytes") is not None:
+                        media["media_bytes"] = base64.decodebytes(media["media_bytes"].encode("ascii"))
+                document = self.get_document_from_dict(data, filepath, li)
+                li += 1
+                if document:
+                    docs.append(document)
+        return docs, li
 
 
 class PlannedParquetReader(_PlannedReaderMixin, ParquetReader):
