@@ -81,3 +81,18 @@ def test_limit_stops_exactly_and_stays_balanced(tmp_path):
                         "output": {"format": "jsonl"}, "executor": {"kind": "local", "tasks": 1}})
     acc = stats["accounting"]
     assert acc["kept"] == 10 and acc["balanced"]
+
+
+def test_parquet_rows_without_text_are_counted(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cuvee.pipeline.readers import PlannedParquetReader
+
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"id": ["a", "b", "c", "d"], "text": ["one text", "", None, "four text"]}),
+                   tmp_path / "in" / "x.parquet")
+    r = PlannedParquetReader(str(tmp_path / "in"))
+    assert [d.id for d in r.run()] == ["a", "d"]
+    c = counters(r)
+    assert c["dropped_no_text"] == 2 and c["total"] == 4 and c["documents"] == 2
