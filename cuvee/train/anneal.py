@@ -130,9 +130,9 @@ def _arm_config(ac: AnnealConfig, state: dict, arm: str, paths: list[str], seed:
     # checkpoints every steps // 2k and at the final step; the last k are averaged (e.g. 100 steps, k = 3: steps
     # 80, 96, 100 = the last 20 % of the anneal); _averaging() reports exactly which
     every = max(1, steps // (2 * ac.average_last))
-    # only the averaged checkpoints are written: saving earlier ones (model + AdamW state, 1.8 GB at 125M) took
-    # more than half of each anneal arm's training time on an H200. An arm stopped before the first of them restarts from
-    # the branch checkpoint, which gives the same run.
+    # only the averaged checkpoints are written: saving earlier ones (model + AdamW state, 1.8 GB at 125M)
+    # took more than half of each anneal arm's training time on an H200. An arm stopped before the first of
+    # them restarts from the branch checkpoint, which gives the same run.
     averaged = sorted(set(range(every, steps + 1, every)) | {steps})[-ac.average_last:]
     return TrainConfig(
         name=f"{arm}_seed{seed}", model=state["model_config"],
