@@ -1,0 +1,90 @@
+"""JSONL input, read -> write in a whole `cuvee run`: cuvee's `PlannedJsonlReader.read_file` (bytes, one
+timer per 1 MiB block, every bad line counted) vs datatrove's `JsonlReader.read_file` (text lines, one timer
+per line) swapped into the same reader, so only the line reading differs.
+
+    python benchmarks/bench_jsonl_reader.py [--docs 30000] [--runs 5]
+
+Corpus: `bench_dolma.build_corpus` (real passages from ../shared, ~1.6 KB documents, gzip JSONL). Each run is a
+fresh interpreter (`run_recipe`, local executor, one task): CPU seconds of that child; runs interleaved. The
+fixed start-up (imports, executor) is a 300-document run of the same command, subtracted and reported apart.
+Two recipes: no stage (read -> write) and `exact_dedup` as a barrier (which reads its input twice).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+CHILD = """
+import json, sys
+if sys.argv[1] == "datatrove":
+    from datatrove.pipeline.readers import JsonlReader
+    from cuvee.pipeline import readers
+    readers.PlannedJsonlReader.read_file = JsonlReader.read_file
+from cuvee.pipeline.runner import run_recipe
+run_recipe(json.loads(sys.argv[2]))
+"""
+
+
+def child_cpu(variant: str, recipe: dict) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", CHILD, variant, json.dumps(recipe)], check=True, capture_output=True,
+                   cwd=HERE.parent)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=30_000)
+    ap.add_argument("--tiny", type=int, default=300)
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args()
+    from bench_dolma import build_corpus
+
+    tmp = Path(tempfile.mkdtemp(prefix="cuvee_bench_jsonl_"))
+    try:
+        corpora = {"big": tmp / "big", "tiny": tmp / "tiny"}
+        build_corpus(corpora["big"], args.docs)
+        build_corpus(corpora["tiny"], args.tiny)
+        ops = {"read -> write": [], "exact_dedup barrier": [{"stage": "exact_dedup"}]}
+        cpu: dict = {}
+        for _ in range(args.runs):
+            for op, stages in ops.items():
+                for size, corpus in corpora.items():
+                    for variant in ("datatrove", "cuvee"):
+                        run_dir = tmp / "run"
+                        shutil.rmtree(run_dir, ignore_errors=True)
+                        recipe = {"name": "bench_jsonl", "run_dir": str(run_dir), "stages": stages,
+                                  "input": {"paths": [str(corpus / "documents")], "format": "jsonl"},
+                                  "output": {"format": "jsonl"}, "executor": {"kind": "local", "tasks": 1, "workers": 1}}
+                        cpu.setdefault((op, size, variant), []).append(child_cpu(variant, recipe))
+        print(f"{args.docs:,} documents, {args.runs} runs interleaved; CPU us per document, start-up "
+              f"({args.tiny}-document run) subtracted: median [min-max]; start-up CPU s median\n")
+        print("| recipe | datatrove's read_file | cuvee's read_file | paired ratio | start-up s (datatrove / cuvee) |")
+        print("|---|---|---|---|---|")
+        n = args.docs - args.tiny
+        for op in ops:
+            per = {v: [(b - t) / n * 1e6 for b, t in zip(cpu[(op, "big", v)], cpu[(op, "tiny", v)])]
+                   for v in ("datatrove", "cuvee")}
+            ratio = statistics.median(a / b for a, b in zip(per["datatrove"], per["cuvee"]))
+            fmt = lambda xs: f"{statistics.median(xs):.1f} [{min(xs):.1f}-{max(xs):.1f}]"  # noqa: E731
+            print(f"| {op} | {fmt(per['datatrove'])} | {fmt(per['cuvee'])} | {ratio:.2f}x | "
+                  f"{statistics.median(cpu[(op, 'tiny', 'datatrove')]):.2f} / {statistics.median(cpu[(op, 'tiny', 'cuvee')]):.2f} |")
+        print(f"\nload after: {open('/proc/loadavg').read().split()[:3]}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
