@@ -5,7 +5,7 @@ per line) swapped into the same reader, so only the line reading differs.
     python benchmarks/bench_jsonl_reader.py [--docs 30000] [--runs 5]
 
 Corpus: `bench_dolma.build_corpus` (real passages from ../shared, ~1.6 KB documents, gzip JSONL). Each run is a
-fresh interpreter (`run_recipe`, local executor, one task): CPU seconds of that child; runs interleaved. The
+fresh interpreter (`run_recipe`, local executor, one task): CPU seconds of that child (`_child.run_child`); runs interleaved. The
 fixed start-up (imports, executor) is a 300-document run of the same command, subtracted and reported apart.
 Two recipes: no stage (read -> write) and `exact_dedup` as a barrier (which reads its input twice).
 """
@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from _child import run_child  # noqa: E402
 
 CHILD = """
 import json, sys
@@ -37,11 +36,7 @@ run_recipe(json.loads(sys.argv[2]))
 
 
 def child_cpu(variant: str, recipe: dict) -> float:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-c", CHILD, variant, json.dumps(recipe)], check=True, capture_output=True,
-                   cwd=HERE.parent)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return run_child([sys.executable, "-c", CHILD, variant, json.dumps(recipe)], cwd=HERE.parent).cpu_s
 
 
 def main() -> None:

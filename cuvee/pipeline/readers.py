@@ -45,7 +45,6 @@ same framing (FastWARC does not read ARC; warcio misaligns on CC's 2008-09 ARC o
 from __future__ import annotations
 
 import base64
-
 import bisect
 import json
 import os
@@ -927,11 +926,8 @@ class _PlannedReaderMixin:
     run's accounting could not balance.
     """
 
-    _skipped_records = 0  # records of the current file read but dropped, for the file's "total"
-
-    def _drop_record(self, reason: str) -> None:
-        self._skipped_records += 1
-        self.stat_update("dropped", f"dropped_{reason}")
+    def _drop(self, reason: str) -> None:  # as CommonCrawlReader._drop: a record read, and why it is not a document
+        self.stat_update("total", "dropped", f"dropped_{reason}")
 
     def read_files_shard(self, shard: list[str]) -> DocumentsPipeline:
         yielded = skipped = 0
@@ -943,7 +939,6 @@ class _PlannedReaderMixin:
             logger.info(f"Reading input file {filepath}, {i + 1}/{len(shard)}")
             failed = limited = False
             ndocs = 0
-            self._skipped_records = 0
             gen = self.read_file(filepath)
             try:
                 for document in gen:
@@ -962,7 +957,7 @@ class _PlannedReaderMixin:
             finally:
                 gen.close()
             self.stat_update("documents", value=ndocs, unit="input_file")  # datatrove's record counter
-            self.stat_update("total", value=ndocs + self._skipped_records)
+            self.stat_update("total", value=ndocs)  # dropped records were counted in total as they were read
             self.stat_update("files_limited" if limited else "files_failed" if failed else "files_read")
 
     def get_document_from_dict(self, data: dict, source_file: str, id_in_file: int | str):
@@ -970,7 +965,7 @@ class _PlannedReaderMixin:
         per document (resolving cost ~12 us a document, a third of reading a JSONL line)."""
         document = BaseReader.get_document_from_dict(self, data, source_file, id_in_file)
         if not document:
-            self._drop_record("no_text")
+            self._drop("no_text")
             return document
         if self.add_file_path:
             cached = getattr(self, "_resolved_file", None)
@@ -1020,31 +1015,30 @@ class PlannedJsonlReader(_PlannedReaderMixin, JsonlReader):
             docs, li = self._parse_lines([tail], filepath, li, orjson)
             yield from docs
 
-    def _parse_lines(self, lines: list[bytes], filepath: str, li: int, orjson) -> tuple[list, int]:
+    def _parse_lines(self, lines: list[bytes], filepath: str, first: int, orjson) -> tuple[list, int]:
+        """Documents of ``lines``, the first being line ``first`` of the file; returns them and the next line number.
+        Blank lines are not records but still lines, so default ids stay datatrove's ``path/line``."""
         docs = []
         with self.track_time():
-            for line in lines:
-                if not line.strip():  # not a record; still a line, so default ids stay datatrove's path/line
-                    li += 1
+            for li, line in enumerate(lines, start=first):
+                if not line.strip():
                     continue
                 try:
                     data = orjson.loads(line)
                     if not isinstance(data, dict):
                         raise orjson.JSONDecodeError("a JSONL record must be an object", "", 0)
                 except orjson.JSONDecodeError as e:
-                    self._drop_record("invalid_json")
+                    self._drop("invalid_json")
                     if self.stats.stats["dropped_invalid_json"].total <= 5:
                         logger.warning(f"{filepath}: line {li + 1} is not a JSON object ({e}); counted as invalid_json")
-                    li += 1
                     continue
                 for media in data.get("media") or ():
                     if media.get("media_bytes") is not None:
                         media["media_bytes"] = base64.decodebytes(media["media_bytes"].encode("ascii"))
                 document = self.get_document_from_dict(data, filepath, li)
-                li += 1
                 if document:
                     docs.append(document)
-        return docs, li
+        return docs, first + len(lines)
 
 
 class PlannedParquetReader(_PlannedReaderMixin, ParquetReader):
