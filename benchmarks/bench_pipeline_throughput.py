@@ -9,7 +9,8 @@ Variants, each in a fresh interpreter, one task / one worker (LocalPipelineExecu
              same folder, executor local tasks=1 workers=1, output JSONL, and WITHOUT the minhash_dedup stage
              (datatrove's example runs MinHash as separate jobs after this pipeline; it is excluded on BOTH sides)
   cascade    as cuvee, plus ``cc_language_prefilter`` (languages [en]) right before ``extract``
-  ...        --variants also accepts cuvee_dedup (extract.deduplicate: false)
+  ...        --variants also accepts cuvee_dedup (extract.deduplicate: false) and cuvee_noguard
+             (extract.guard_xpaths: false: trafilatura's own regex XPaths, to show what the guard saves)
 
 Input, real pages only by default:
   * real Common Crawl records: CC-MAIN-2020-34 excerpt (16 pages, multilingual, with CC's CLD2 metadata records),
@@ -238,6 +239,10 @@ def cuvee_recipe(variant: str, inp: Path, work: Path, out: Path | None = None) -
         for s in stages:
             if s["stage"] == "extract":
                 s["deduplicate"] = False
+    if variant == "cuvee_noguard":
+        for s in stages:
+            if s["stage"] == "extract":
+                s["guard_xpaths"] = False
     data.update(stages=stages, run_dir=str(work / f"run_{variant}"),
                 input={"paths": [str(inp / "*.warc.gz")], "format": "auto"},
                 output={"format": "jsonl", "path": str(out or work / f"out_{variant}")},
@@ -285,7 +290,8 @@ def run_variant(variant: str, inp: Path, work: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="/work/shared/data")
-    ap.add_argument("--variants", default="datatrove,cuvee,cascade", help="also: cuvee_dedup (extract.deduplicate: false)")
+    ap.add_argument("--variants", default="datatrove,cuvee,cascade", help="also: cuvee_dedup (extract.deduplicate: false), "
+                    "cuvee_noguard (extract.guard_xpaths: false)")
     ap.add_argument("--wcxb-english", type=int, default=10_000, help="WCXB test pages (real pages, any language; default all)")
     ap.add_argument("--translated", type=int, default=0, help="SYNTHETIC non-English pages (default none: real pages only)")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds over all variants; median [min-max] reported")

@@ -11,6 +11,9 @@ ScrapingHub benchmark from raw WARC bytes: F1 0.9554 (default) vs 0.9498 (``dedu
 
 A second difference from a bare trafilatura 2.x call: tables are written as lines, not as pipe rows
 (``tables: text``, see :mod:`cuvee.pipeline.stages.table_text`), as trafilatura 1.x did for FineWeb.
+Two speed-ups leave trafilatura's output unchanged or at its F1: the fallback comparison is skipped for long
+main texts (:mod:`~cuvee.pipeline.stages.fallback_skip`), and its regex XPaths are guarded
+(:mod:`~cuvee.pipeline.stages.xpath_guard`).
 
 Four guards, each a counted drop:
 
@@ -83,6 +86,7 @@ class TrafilaturaExtract(PipelineStep):
         timer: str = "cpu",
         skip_fallback_above: int | None = 2000,
         tables: str = "text",
+        guard_xpaths: bool = True,
     ):
         super().__init__()
         if timer not in ("cpu", "wall"):
@@ -91,6 +95,7 @@ class TrafilaturaExtract(PipelineStep):
         if tables not in ("text", "markdown"):
             raise ValueError(f"tables must be 'text' or 'markdown', got {tables!r}")
         self.tables = tables
+        self.guard_xpaths = guard_xpaths
         self.timeout_s = timeout_s
         self.max_input_chars = max_input_chars
         self.kwargs = dict(
@@ -122,8 +127,10 @@ class TrafilaturaExtract(PipelineStep):
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         from cuvee.pipeline.stages.fallback_skip import skip_fallback_above
         from cuvee.pipeline.stages.table_text import tables_as_text
+        from cuvee.pipeline.stages.xpath_guard import guarded_xpaths
 
-        with skip_fallback_above(self.skip_fallback_above), tables_as_text(self.tables == "text"):
+        with skip_fallback_above(self.skip_fallback_above), tables_as_text(self.tables == "text"), \
+                guarded_xpaths(self.guard_xpaths):
             yield from self._run_timed(data)
 
     def _run_timed(self, data: DocumentsPipeline) -> DocumentsPipeline:
@@ -214,6 +221,9 @@ class ExtractParams(StageParams):
     tables: Literal["text", "markdown"] = Field(
         "text", description="table cells as their own lines, as trafilatura 1.x and FineWeb had them (text), or "
                             "trafilatura 2.x's pipe rows (markdown), which FineWeb's line rules mostly drop")
+    guard_xpaths: bool = Field(
+        True, description="evaluate trafilatura's boilerplate XPaths with their regex tests guarded by an attribute "
+                          "check: the same nodes and output, ~10 % less extraction time; false = trafilatura's own")
 
 
 @register_stage("extract", ExtractParams)
