@@ -5,8 +5,8 @@ trafilatura finds boilerplate with XPath expressions such as
 the whole tree several times per page. ``re:test`` is an EXSLT extension that lxml implements in Python, so
 libxml2 calls back into the interpreter for every candidate element and every regex clause, **including
 elements that do not have the attribute at all** (most of them): the empty node-set becomes ``''`` and the
-regex is searched in it. Profiled on the throughput benchmark's 927 real pages, XPath evaluation was ~45 % of
-extraction time.
+regex is searched in it. Timed on the throughput benchmark's 927 real pages, XPath evaluation was about half
+of extraction time.
 
 The rewrite: ``re:test(@a|@b, 'P')`` becomes ``((@a|@b) and re:test(@a|@b, 'P'))``. XPath's ``and`` stops
 at a false left side, so elements without the attribute never reach Python. It is the same test whenever
