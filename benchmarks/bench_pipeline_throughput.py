@@ -226,6 +226,9 @@ def datatrove_fineweb(inp: Path, out: Path) -> list:
     ]
 
 
+EXTRACT_OVERRIDES = {"cuvee_dedup": {"deduplicate": False}, "cuvee_noguard": {"guard_xpaths": False}}
+
+
 def cuvee_recipe(variant: str, inp: Path, work: Path, out: Path | None = None) -> dict:
     """recipes/fineweb.yaml as a mapping, with the benchmark's overrides (minhash_dedup removed)."""
     import yaml
@@ -235,14 +238,9 @@ def cuvee_recipe(variant: str, inp: Path, work: Path, out: Path | None = None) -
     if variant.startswith("cascade"):
         i = next(i for i, s in enumerate(stages) if s["stage"] == "extract")
         stages.insert(i, {"stage": "cc_language_prefilter", "languages": ["en"]})
-    if variant == "cuvee_dedup":
-        for s in stages:
-            if s["stage"] == "extract":
-                s["deduplicate"] = False
-    if variant == "cuvee_noguard":
-        for s in stages:
-            if s["stage"] == "extract":
-                s["guard_xpaths"] = False
+    for s in stages:
+        if s["stage"] == "extract":
+            s.update(EXTRACT_OVERRIDES.get(variant, {}))
     data.update(stages=stages, run_dir=str(work / f"run_{variant}"),
                 input={"paths": [str(inp / "*.warc.gz")], "format": "auto"},
                 output={"format": "jsonl", "path": str(out or work / f"out_{variant}")},

@@ -89,12 +89,11 @@ def guarded_xpaths(enabled: bool = True):
     if not enabled:
         yield
         return
-    saved = {}
-    for name, lst in expression_lists().items():
-        saved[name] = (lst, list(lst))
-        lst[:] = [guarded(x) for x in lst]
-    try:
+    saved = [(lst, list(lst)) for lst in expression_lists().values()]
+    try:  # a swap that fails half-way (an expression that does not compile) still restores every list
+        for lst, original in saved:
+            lst[:] = [guarded(x) for x in original]
         yield
     finally:
-        for lst, original in saved.values():
+        for lst, original in saved:
             lst[:] = original
