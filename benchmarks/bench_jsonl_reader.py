@@ -8,6 +8,10 @@ Corpus: `bench_dolma.build_corpus` (real passages from ../shared, ~1.6 KB docume
 fresh interpreter (`run_recipe`, local executor, one task): CPU seconds of that child (`_child.run_child`); runs interleaved. The
 fixed start-up (imports, executor) is a 300-document run of the same command, subtracted and reported apart.
 Two recipes: no stage (read -> write) and `exact_dedup` as a barrier (which reads its input twice).
+
+A third variant, for read -> write, is datatrove as its users run it: `JsonlReader -> JsonlWriter` in a
+`LocalPipelineExecutor` (one task), gzip output as cuvee's. Since 2026-11-26 cuvee reads and writes gzip
+through ISA-L (`cuvee/pipeline/fastgzip.py`; the swapped `read_file` variant keeps datatrove's zlib reading).
 """
 
 from __future__ import annotations
@@ -26,6 +30,14 @@ from _child import run_child  # noqa: E402
 
 CHILD = """
 import json, sys
+if sys.argv[1] == "datatrove pipeline":
+    from datatrove.executor import LocalPipelineExecutor
+    from datatrove.pipeline.readers import JsonlReader
+    from datatrove.pipeline.writers import JsonlWriter
+    r = json.loads(sys.argv[2])
+    LocalPipelineExecutor(pipeline=[JsonlReader(r["input"]["paths"][0]), JsonlWriter(r["run_dir"] + "/output")],
+                          tasks=1, workers=1, logging_dir=r["run_dir"] + "/logs").run()
+    sys.exit(0)
 if sys.argv[1] == "datatrove":
     from datatrove.pipeline.readers import JsonlReader
     from cuvee.pipeline import readers
@@ -57,7 +69,7 @@ def main() -> None:
         for _ in range(args.runs):
             for op, stages in ops.items():
                 for size, corpus in corpora.items():
-                    for variant in ("datatrove", "cuvee"):
+                    for variant in ("datatrove", "cuvee") + (("datatrove pipeline",) if not stages else ()):
                         run_dir = tmp / "run"
                         shutil.rmtree(run_dir, ignore_errors=True)
                         recipe = {"name": "bench_jsonl", "run_dir": str(run_dir), "stages": stages,
@@ -76,6 +88,15 @@ def main() -> None:
             fmt = lambda xs: f"{statistics.median(xs):.1f} [{min(xs):.1f}-{max(xs):.1f}]"  # noqa: E731
             print(f"| {op} | {fmt(per['datatrove'])} | {fmt(per['cuvee'])} | {ratio:.2f}x | "
                   f"{statistics.median(cpu[(op, 'tiny', 'datatrove')]):.2f} / {statistics.median(cpu[(op, 'tiny', 'cuvee')]):.2f} |")
+        per = [(b - t) / n * 1e6 for b, t in zip(cpu[("read -> write", "big", "datatrove pipeline")],
+                                                 cpu[("read -> write", "tiny", "datatrove pipeline")])]
+        cuv = [(b - t) / n * 1e6 for b, t in zip(cpu[("read -> write", "big", "cuvee")],
+                                                 cpu[("read -> write", "tiny", "cuvee")])]
+        print(f"\ndatatrove JsonlReader -> JsonlWriter, read -> write: {statistics.median(per):.1f} "
+              f"[{min(per):.1f}-{max(per):.1f}] us/doc, start-up "
+              f"{statistics.median(cpu[('read -> write', 'tiny', 'datatrove pipeline')]):.2f} s; cuvee "
+              f"{statistics.median(cuv):.1f} [{min(cuv):.1f}-{max(cuv):.1f}]; paired ratio "
+              f"{statistics.median(a / b for a, b in zip(per, cuv)):.2f}x")
         print(f"\nload after: {open('/proc/loadavg').read().split()[:3]}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

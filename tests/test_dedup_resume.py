@@ -73,3 +73,22 @@ def test_reordered_reread_is_refused(tmp_path):
     f = DropListed(tmp_path / "work" / "00_exact_dedup", "drops/*/{rank}.u64", "exact_duplicate")
     with pytest.raises(OrderError, match="not the document recorded"):
         list(f.run(iter(reversed(ranks[0])), rank=0))
+
+
+def test_batch_position_check_names_the_first_wrong_document(tmp_path):
+    """PositionTracker.take checks a batch in one comparison and, on a mismatch, fails at the first document
+    that differs (as the per-document check does); more documents than recorded fail too."""
+    import numpy as np
+
+    from cuvee.dedup.files import PositionTracker, id_check, rank_file, save_array
+
+    ids = [f"d{i}" for i in range(10)]
+    save_array(rank_file(tmp_path / "ids", 0, "ids.u32"), np.array([id_check(i) for i in ids], dtype=np.uint32))
+    t = PositionTracker(tmp_path / "ids", 0, "check")
+    assert t.take([doc("x", i) for i in ids[:4]]) == 0 and t.take([doc("x", i) for i in ids[4:6]]) == 4
+    with pytest.raises(OrderError, match=r"document #8 \(id 'zz'\)"):
+        t.take([doc("x", "d6"), doc("x", "d7"), doc("x", "zz"), doc("x", "d9")])
+    t = PositionTracker(tmp_path / "ids", 0, "check")
+    assert t.take([doc("x", i) for i in ids]) == 0
+    with pytest.raises(OrderError, match=r"document #10 .* \(10 recorded\)"):
+        t.take([doc("x", "d10")])

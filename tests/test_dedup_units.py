@@ -231,6 +231,9 @@ def test_compiled_exact_normalisation_every_code_point():
     texts = ["a" + c + "B" for c in chunks[:4000]] + [" \t" + "\u3000\x85 ".join(chunks[i:i + 50]) + " \n"
                                                         for i in range(0, len(chunks), 50)]
     texts += list(real_texts()[:300]) + LINE_TRICKY + ["", " ", "\u2028\u2029", "İSTANBUL  ΣΊΣΥΦΟΣ\n\n"]
+    # ASCII and other whitespace meeting at a run's start, middle and end (the ASCII path folds without a branch)
+    texts += ["a \u3000 b", "\u3000a", "a\u3000", " \u3000 ", "\u3000 \u3000X y\u2028", "\tA\x1c", "é \t", " é",
+              "\x85\x85 a\x85 \x85", "A\u00a0 \u00a0B"]
     want = [normalize_text(t).encode("utf-8", "surrogatepass") for t in texts]
     for t, w in zip(texts, want):
         assert bytes(normalized_batch([t])[0]) == w, repr(t[:40])
@@ -252,6 +255,15 @@ def test_distinct_line_hashes_per_document():
     want = [np.unique(h[h != 0]) for h in (hashes[starts[i]:starts[i + 1]] for i in range(len(n_lines)))]
     assert counts.tolist() == [len(w) for w in want]
     assert got.tolist() == np.concatenate(want).tolist()
+    # real hashes use all 64 bits (sorted as unsigned), repeat inside a document, and batches hold no lines
+    big = rng.integers(0, 2**64 - 1, size=40, dtype=np.uint64, endpoint=True)
+    docs = [big[:30], np.concatenate([big[30:40], big[30:35], np.zeros(2, dtype=np.uint64)]), big[:0], np.concatenate([big[:10], big[5:15]])]
+    got, counts = distinct_per_document(np.concatenate(docs).astype(np.uint64),
+                                        np.array([len(d) for d in docs], dtype=np.uint32))
+    assert counts.tolist() == [30, 10, 0, 15] and (big >= 2**63).any()
+    assert got.tolist() == sorted(big[:30].tolist()) + sorted(big[30:40].tolist()) + sorted(big[:15].tolist())
+    got, counts = distinct_per_document(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint32))
+    assert len(got) == 0 and len(counts) == 0
 
 
 def _reference_drops(edges, lengths_by_rank, old_gid):
@@ -342,3 +354,35 @@ def test_batched_doc_stats_equal_per_document_updates():
     tokens = Keep()
     add_doc_stats(tokens, [Document(text="ab", id="t", metadata={"token_count": 3})])
     assert tokens.stats["doc_len_tokens"].total == 3  # documents with token counts keep datatrove's own update
+
+
+def test_exact_key_records_from_arrays_equal_the_tuple_path(tmp_path):
+    """KeyRecorder writes the same KEY_RECORDs (key halves, rank, position; empty texts left out and counted)
+    from TextKeyer's arrays as from its per-document tuples; the halves are the 128-bit digest's."""
+    import xxhash
+    from datatrove.data import Document
+
+    from cuvee.dedup.exact_dedup import TextKeyer, text_digests
+    from cuvee.dedup.keyed import KEY_RECORD, KeyRecorder
+
+    texts = list(real_texts()[:200])
+    texts = texts + texts[:30] + ["", "  \n ", "Σ İ mixed"] + [t.upper() for t in texts[:5]]
+    docs = [Document(text=t, id=f"d{i}") for i, t in enumerate(texts)]
+
+    class TuplesOnly:  # the generic path: no key_arrays
+        def __call__(self, batch):
+            return TextKeyer()(batch)
+
+    out = {}
+    for name, keyer in (("arrays", TextKeyer()), ("tuples", TuplesOnly())):
+        rec = KeyRecorder(tmp_path / name, 3, keyer)
+        assert list(rec.run(iter(docs), rank=2)) == docs
+        out[name] = [(tmp_path / name / "keys" / f"{p:05d}" / "00002.bin").read_bytes() for p in range(3)]
+        assert rec.stats.stats["no_key"].total == 2
+    assert out["arrays"] == out["tuples"]
+    recs = np.concatenate([np.frombuffer(b, dtype=KEY_RECORD) for b in out["arrays"]])
+    recs = recs[np.argsort(recs["pos"])]
+    want = [(i, h) for i, h in enumerate(text_digests(texts)) if h is not None]
+    assert recs["pos"].tolist() == [i for i, _ in want] and set(recs["rank"].tolist()) == {2}
+    assert [(int(a) << 64) | int(b) for a, b in zip(recs["khi"], recs["klo"])] == [h for _, h in want]
+    assert xxhash.xxh3_128_intdigest(b"x") == int.from_bytes(xxhash.xxh3_128_digest(b"x"), "big")

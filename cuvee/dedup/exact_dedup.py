@@ -12,6 +12,7 @@ then live in memory, at most ``memory_budget_mb``, and the run stops with a mess
 
 from __future__ import annotations
 
+import numpy as np
 import xxhash
 from datatrove.pipeline.filters.base_filter import BaseFilter
 from pydantic import Field
@@ -45,6 +46,16 @@ class TextKeyer:
 
     def __call__(self, batch: list) -> list:
         return [None if h is None else (h >> 64, h & _MASK64, 0, 0) for h in text_digests([d.text for d in batch])]
+
+    def key_arrays(self, batch: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The same keys as arrays, for :class:`KeyRecorder`: (index in ``batch`` of each document with a key,
+        key hi, key lo). The digest's canonical bytes are big-endian, so they split into the two halves of the
+        int digest without a Python integer per document."""
+        views = normalized_batch([d.text for d in batch])
+        keyed = [i for i, v in enumerate(views) if len(v)]
+        digest = xxhash.xxh3_128_digest
+        halves = np.frombuffer(b"".join([digest(views[i]) for i in keyed]), dtype=">u8").reshape(-1, 2)
+        return np.array(keyed, dtype=np.int64), halves[:, 0].astype(np.uint64), halves[:, 1].astype(np.uint64)
 
 
 class OnePassExactDedup(BaseFilter):

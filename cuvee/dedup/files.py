@@ -93,3 +93,14 @@ class PositionTracker:
             )
         self.pos += 1
         return pos
+
+    def take(self, docs: list) -> int:
+        """:meth:`next` for a batch, checked in one comparison; returns the first document's position. A
+        mismatch raises :meth:`next`'s error, at the first document that does not match."""
+        pos, n = self.pos, len(docs)
+        got = np.fromiter((id_check(d.id) for d in docs), dtype=np.uint32, count=n)
+        if pos + n > len(self.ids) or not np.array_equal(self.ids[pos:pos + n], got):
+            for d in docs:
+                self.next(d)
+        self.pos = pos + n
+        return pos

@@ -25,7 +25,9 @@ KEY_RECORD = np.dtype([("khi", "<u8"), ("klo", "<u8"), ("p1", "<i8"), ("p2", "<i
 class KeyRecorder(RecordingStep):
     """Writes one KEY_RECORD per document; ``keyer(batch)`` returns, per document, (key_hi, key_lo, p1, p2)
     or None to leave it out of dedup (it is then always kept, and counted as ``no_key``). A batch at a time,
-    so a keyer can do its work in one compiled call."""
+    so a keyer can do its work in one compiled call; a keyer without priorities may instead give
+    ``key_arrays(batch)`` -> (indexes in the batch with a key, key hi, key lo), the same records without a
+    Python tuple per document."""
 
     name = "🔑 dedup keys"
 
@@ -40,6 +42,16 @@ class KeyRecorder(RecordingStep):
         self.writers = [AtomicWriter(self.folder / "keys" / f"{p:05d}" / f"{rank:05d}.bin") for p in range(self.partitions)]
 
     def record(self, batch: list) -> None:
+        arrays = getattr(self.keyer, "key_arrays", None)
+        if arrays is not None:  # a keyer without priorities that gives its keys as arrays (exact dedup)
+            keyed, hi, lo = arrays(batch)
+            recs = np.zeros(len(keyed), dtype=KEY_RECORD)
+            recs["khi"], recs["klo"], recs["rank"], recs["pos"] = hi, lo, self.rank, self.pos + keyed
+            if len(keyed) < len(batch):
+                self.stat_update("no_key", value=len(batch) - len(keyed))
+            self.pos += len(batch)
+            self._write(recs)
+            return
         rows = []
         for i, k in enumerate(self.keyer(batch)):
             if k is None:
@@ -47,7 +59,9 @@ class KeyRecorder(RecordingStep):
                 continue
             rows.append((*k, self.rank, self.pos + i))
         self.pos += len(batch)
-        recs = np.array(rows, dtype=KEY_RECORD)
+        self._write(np.array(rows, dtype=KEY_RECORD))
+
+    def _write(self, recs: np.ndarray) -> None:
         part = recs["khi"] % np.uint64(self.partitions)
         for p in np.unique(part):
             self.writers[int(p)].write(recs[part == p])

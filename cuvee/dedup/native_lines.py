@@ -1,5 +1,5 @@
 """Compiled (numba) line hashing for line dedup: ccNet's normalisation and a 64-bit hash per line, in one
-loop over the document's code points, without a Python string per line.
+loop over the document's UTF-8 bytes (ASCII through a 128-entry table), without a Python string per line.
 
 The kernel computes exactly ``hash(normalize_line(line))`` for every ``line`` of ``text.split("\\n")``
 (:func:`cuvee.dedup.text.normalize_line`: lower case, accents stripped, digits -> 0, punctuation -> space,
@@ -24,7 +24,8 @@ from functools import lru_cache
 import numba as nb
 import numpy as np
 
-from cuvee.dedup.native import _FNV_OFFSET, _FNV_PRIME, MAX_CODE_POINT, code_points, mix, word_char_table
+from cuvee.dedup.native import _FNV_OFFSET, _FNV_PRIME, MAX_CODE_POINT, mix, word_char_table
+from cuvee.dedup.native_exact import lower_table
 
 # per code point: bit 0 \w, bit 1 \d (Python's re, str patterns). Everything else separates words: re's \s is
 # exactly str.isspace() (both are Py_UNICODE_ISSPACE; a test checks), so punctuation turned into a space and
@@ -89,25 +90,71 @@ def _feed(c, classes, h, words, in_word):
     return h, words, True
 
 
+@lru_cache(maxsize=1)
+def ascii_feed() -> np.ndarray:
+    """int16[128]: what each ASCII byte feeds the line hash once lowered: the character, ``0`` for a digit,
+    -1 for a separator (from the same tables as the rest; no ASCII character has an accent to strip)."""
+    lower, classes = lower_table(), char_classes()
+    start, _, _ = accent_folding()
+    table = np.empty(128, dtype=np.int16)
+    for b in range(128):
+        c = int(lower[b])
+        if start[c] >= 0 or c >= 128:  # the kernel's ASCII shortcut would then differ from the definition
+            raise RuntimeError(f"ASCII {b} lowers or folds outside ASCII: the line-hash tables need rebuilding")
+        k = classes[c]
+        table[b] = _ZERO if k & _DIGIT else -1 if c == 95 or not (k & _WORD) else c
+    table[_NEWLINE] = -2
+    return table
+
+
 @nb.njit(cache=True, nogil=True)
-def line_hashes_batch(cps, offsets, classes, fold_start, fold_len, fold_data, out, n_lines):
-    """out[...]: one hash per line of each document (0: nothing left after normalising); n_lines[d]: its count.
-    ``out`` must hold (newlines + documents) entries."""
+def line_hashes_batch(src, starts, lower, feed, classes, fold_start, fold_len, fold_data, out, n_lines):
+    """out[...]: one hash per line of each text (UTF-8 bytes ``src[starts[d]:starts[d+1]]``; 0: nothing left
+    after normalising); n_lines[d]: its count. ``out`` must hold (newlines + texts) entries.
+
+    Lowers each code point through ``lower`` (str.lower's table: the caller lowers in Python the texts holding
+    the two code points it cannot). ASCII bytes, most of most pages, take one small-table lookup (``feed``);
+    other code points are decoded, lowered, accent-stripped and fed one by one."""
     j = 0
-    for d in range(offsets.shape[0] - 1):
+    for d in range(starts.shape[0] - 1):
         first = j
         h = _FNV_OFFSET
         words = 0
         in_word = False
-        for i in range(offsets[d], offsets[d + 1]):
-            c = cps[i]
-            if c == _NEWLINE:
-                out[j] = (mix(h) | np.uint64(1)) if words else np.uint64(0)
-                j += 1
-                h = _FNV_OFFSET
-                words = 0
-                in_word = False
+        i = starts[d]
+        n = starts[d + 1]
+        while i < n:
+            b = np.int64(src[i])
+            if b < 0x80:
+                i += 1
+                c = np.int64(feed[b])
+                if c >= 0:
+                    if not in_word:
+                        if words:
+                            h = (h ^ np.uint64(_BLANK)) * _FNV_PRIME
+                        words += 1
+                        in_word = True
+                    h = (h ^ np.uint64(c)) * _FNV_PRIME
+                elif c == -1:
+                    in_word = False
+                else:  # newline
+                    out[j] = (mix(h) | np.uint64(1)) if words else np.uint64(0)
+                    j += 1
+                    h = _FNV_OFFSET
+                    words = 0
+                    in_word = False
                 continue
+            if b < 0xE0:
+                c, size = ((b & 0x1F) << 6) | (np.int64(src[i + 1]) & 0x3F), 2
+            elif b < 0xF0:
+                c = ((b & 0x0F) << 12) | ((np.int64(src[i + 1]) & 0x3F) << 6) | (np.int64(src[i + 2]) & 0x3F)
+                size = 3
+            else:
+                c = (((b & 0x07) << 18) | ((np.int64(src[i + 1]) & 0x3F) << 12)
+                     | ((np.int64(src[i + 2]) & 0x3F) << 6) | (np.int64(src[i + 3]) & 0x3F))
+                size = 4
+            i += size
+            c = np.int64(lower[c])
             s = fold_start[c]
             if s < 0:
                 h, words, in_word = _feed(c, classes, h, words, in_word)
@@ -121,12 +168,20 @@ def line_hashes_batch(cps, offsets, classes, fold_start, fold_len, fold_data, ou
 
 
 def line_hashes_of(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(uint64 hash of every line of every text, concatenated; uint32 line count per text)."""
-    cps, offsets = code_points(texts)
-    out = np.empty(int(np.count_nonzero(cps == _NEWLINE)) + len(texts), dtype=np.uint64)
+    """(uint64 hash of every line of every text, concatenated; uint32 line count per text).
+
+    The kernel reads UTF-8 (for a mostly ASCII page, encoding it is a copy; UTF-32 cost 5 us a page more) and
+    lowers as it goes; a text holding U+0130 or U+03A3, which ``str.lower`` does not map one to one, is lowered
+    by ``str.lower`` first (its output lowers to itself)."""
+    enc = [(t.lower() if "\u0130" in t or "\u03a3" in t else t).encode("utf-8", "surrogatepass") for t in texts]
+    starts = np.zeros(len(enc) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, enc), dtype=np.int64, count=len(enc)), out=starts[1:])
+    src = np.frombuffer(b"".join(enc), dtype=np.uint8)
+    out = np.empty(int(np.count_nonzero(src == _NEWLINE)) + len(texts), dtype=np.uint64)
     n_lines = np.empty(len(texts), dtype=np.uint32)
     start, length, data = accent_folding()
-    used = line_hashes_batch(cps, offsets, char_classes(), start, length, data, out, n_lines)
+    used = line_hashes_batch(src, starts, lower_table(), ascii_feed(), char_classes(), start, length, data, out,
+                             n_lines)
     return out[:used], n_lines
 
 

@@ -9,9 +9,9 @@ import numpy as np
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.utils.batching import batched
-from datatrove.utils.stats import MetricStats
 
 from cuvee.dedup.files import AtomicWriter, PositionTracker, id_check, load_array, rank_file
+from cuvee.pipeline.doc_stats import add_length_stats
 
 
 class RecordingStep(PipelineStep):
@@ -20,7 +20,7 @@ class RecordingStep(PipelineStep):
     completes, so a killed task leaves nothing half-written). Subclasses implement ``record(batch)``."""
 
     type = "🫂 - DEDUP"
-    batch_size = 64
+    batch_size = 256  # documents per record() call: per-batch numpy and file calls amortised, little held
 
     def __init__(self, folder: str | Path):
         super().__init__()
@@ -64,19 +64,12 @@ class RecordingStep(PipelineStep):
 
 
 def add_doc_stats(step: PipelineStep, docs: list) -> None:
-    """``step.update_doc_stats`` for a batch in one merge: the same total, count, min and max as one update per
-    document, mean and variance equal up to float rounding (datatrove merges tasks' stats the same way)."""
-    if not docs:
-        return
+    """``step.update_doc_stats`` for a batch in one merge (:func:`cuvee.pipeline.doc_stats.add_length_stats`)."""
     if any(d.metadata.get("token_count") for d in docs):
         for d in docs:
             step.update_doc_stats(d)
         return
-    lengths = [len(d.text) for d in docs]
-    n, total = len(lengths), sum(lengths)
-    mean = total / n
-    step.stats["doc_len"] += MetricStats(total=total, n=n, mean=mean, min=min(lengths), max=max(lengths),
-                                         _running_variance=sum((x - mean) ** 2 for x in lengths), unit="doc")
+    add_length_stats(step, [len(d.text) for d in docs])
 
 
 def lean_filter_run(step: BaseFilter, data, decide_batch, batch_size: int = 1024):
@@ -121,7 +114,16 @@ class DropListed(BaseFilter):
         if self.exclusion_writer:
             yield from super().run(data, rank, world_size)
             return
-        yield from lean_filter_run(self, data, lambda batch: [self.filter(doc) for doc in batch])
+        yield from lean_filter_run(self, data, self._decide_batch)
+
+    def _decide_batch(self, batch: list) -> list:
+        """The batch's verdicts: its positions checked in one comparison, its listed drops found by bisection."""
+        start = self._tracker.take(batch)
+        lo, hi = np.searchsorted(self._drops, np.array([start, start + len(batch)], dtype=np.uint64)).tolist()
+        verdicts: list = [True] * len(batch)
+        for p in self._drops[lo:hi].tolist():
+            verdicts[p - start] = (False, self.reason)
+        return verdicts
 
     def filter(self, doc):
         pos = self._tracker.next(doc)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import glob as _glob
-import gzip
 import json
 import os
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from datatrove.data import Document
+
+from cuvee.pipeline.fastgzip import open_gzip
 
 DOC_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz")
 
@@ -65,7 +66,7 @@ def iter_documents(paths: str | Iterable[str], columns: list[str] | None = None)
                     yield _doc_from_row(row, path, i)
                     i += 1
         else:
-            opener = _open_zst if path.endswith(".zst") else gzip.open if path.endswith(".gz") else open
+            opener = _open_zst if path.endswith(".zst") else open_gzip if path.endswith(".gz") else open
             with opener(path, "rt") as f:
                 for i, line in enumerate(f):
                     if line.strip():

@@ -11,7 +11,6 @@ field (never coerced), goes into the struct's ``other_json`` field as JSON; read
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
@@ -19,6 +18,8 @@ from datatrove.data import Document
 from datatrove.io import OutputFileManager
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.writers import JsonlWriter, ParquetWriter
+
+from cuvee.pipeline.fastgzip import WRITE_LEVEL, GzipFile
 
 TOP_LEVEL_COLUMNS = ("url", "date", "language", "language_score")
 
@@ -134,11 +135,12 @@ def route_folder(metadata: dict, key: str) -> str:
     return "_" + name if name in (".", "..") else name
 
 
-class _DeterministicGzip(gzip.GzipFile):
-    """A gzip stream with a fixed header (mtime 0, no file name) that closes its underlying file too."""
+class _DeterministicGzip(GzipFile):
+    """A gzip stream with a fixed header (mtime 0, no file name) that closes its underlying file too; written
+    through ISA-L at level 3 (:mod:`cuvee.pipeline.fastgzip`: about 10x faster than zlib's level 9)."""
 
     def __init__(self, raw):
-        super().__init__(filename="", mode="wb", fileobj=raw, mtime=0)
+        super().__init__(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=WRITE_LEVEL)
         self._raw = raw
 
     def close(self):

@@ -1,0 +1,58 @@
+"""gzip through ISA-L (``isal.igzip``): read about 3x faster than :mod:`gzip`, written about 10x faster.
+
+Decompressing is half of reading a ``.jsonl.gz`` line (11 of 24 us a document on 1.6 KB documents), and a
+copy-free dedup barrier reads its input twice, so the second read is most of what the barrier costs
+(``benchmarks/bench_dolma.py``). ``isal`` ships wheels for Linux, macOS and Windows; if it cannot be imported,
+the standard library's :mod:`gzip` is used and only speed differs.
+
+Writing: :mod:`gzip`'s default level 9 cost 140 us per 1.6 KB document, more than every dedup stage together;
+ISA-L's level 3 writes the same stream format about 10x faster, files about 8 % larger (50 MB of JSONL:
+17.9 MB at zlib level 9, 19.4 MB at ISA-L level 3). Any gzip reader reads it.
+"""
+
+from __future__ import annotations
+
+import gzip
+from contextlib import contextmanager
+from typing import IO, Iterator
+
+try:
+    from isal import igzip as _igzip
+except ImportError:  # pragma: no cover - isal is a dependency; kept optional for odd platforms
+    _igzip = None
+
+
+GzipFile = _igzip.IGzipFile if _igzip is not None else gzip.GzipFile
+WRITE_LEVEL = 3 if _igzip is not None else 6  # ISA-L's best; zlib's 6 is its own speed/size default
+
+
+def gzip_reader(fileobj: IO[bytes]) -> IO[bytes]:
+    """A binary reader of the decompressed stream of ``fileobj`` (every gzip member, as :class:`gzip.GzipFile`)."""
+    if _igzip is not None:
+        return _igzip.IGzipFile(fileobj=fileobj, mode="rb")
+    return gzip.GzipFile(fileobj=fileobj, mode="rb")
+
+
+def open_gzip(path, mode: str = "rb", **kwargs):
+    """:func:`gzip.open`, through ISA-L where available (same arguments, text modes included)."""
+    return (_igzip if _igzip is not None else gzip).open(path, mode, **kwargs)
+
+
+def compression_of(path: str, compression: str | None) -> str | None:
+    """fsspec's compression name for ``path`` (``"infer"``: from its suffix, as fsspec infers it)."""
+    if compression != "infer":
+        return compression
+    from fsspec.utils import infer_compression
+
+    return infer_compression(path)
+
+
+@contextmanager
+def open_decompressed(data_folder, path: str, compression: str | None = "infer") -> Iterator[IO[bytes]]:
+    """``data_folder.open(path, "rb", compression=...)``, with gzip decoded by ISA-L; closes both layers."""
+    if compression_of(path, compression) != "gzip":
+        with data_folder.open(path, "rb", compression=compression) as f:
+            yield f
+        return
+    with data_folder.open(path, "rb", compression=None) as raw, gzip_reader(raw) as f:
+        yield f
