@@ -32,11 +32,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+from datatrove.utils.logging import logger  # noqa: E402
+
 from cuvee.dedup.exact_dedup import OnePassExactDedup, TextKeyer  # noqa: E402
 from cuvee.dedup.keyed import FindKeyDuplicates, KeyRecorder  # noqa: E402
 from cuvee.dedup.line_dedup import CountFrequentLines, LineDedupFilter, LineHashRecorder, OnePassLineDedup  # noqa: E402
 from cuvee.dedup.steps import DropListed  # noqa: E402
 from cuvee.pipeline.readers import PlannedJsonlReader  # noqa: E402
+
+logger.remove()  # one "Reading input file" line per part and round otherwise
 
 BUCKET, K = 1_000_000, 2
 
