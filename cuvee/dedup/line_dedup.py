@@ -249,19 +249,8 @@ class LineDedupFilter(BaseFilter):
 
     def _decide_batch(self, batch: list) -> list:
         """One verdict per document (True, or (False, reason)); the line counters updated once per batch."""
-        removed = chars = touched = 0
-        verdicts = []
         start = self._tracker.take(batch)
-        for pos, doc in enumerate(batch, start):
-            verdict, r, c = self._decide(pos, doc)
-            if r:
-                removed, chars, touched = removed + r, chars + c, touched + 1
-            verdicts.append(verdict)
-        if touched:
-            self.stat_update("lines_removed", value=removed)
-            self.stat_update("chars_removed", value=chars)
-            self.stat_update("docs_with_lines_removed", value=touched)
-        return verdicts
+        return verdicts_counting_lines(self, [self._decide(pos, doc) for pos, doc in enumerate(batch, start)])
 
     def filter(self, doc):  # the exclusion-writer path: one document at a time
         return self._decide_batch([doc])[0]
@@ -279,6 +268,20 @@ class LineDedupFilter(BaseFilter):
             raise RuntimeError(f"line dedup: document {doc.id!r} has {len(lines)} lines, {len(keep)} were recorded "
                                "(its text changed between the recording pass and the filter)")
         return remove_lines(doc, lines, keep, self._chunk_hits[i], self.min_words)
+
+
+def verdicts_counting_lines(step: PipelineStep, results: list) -> list:
+    """The verdicts of ``results`` ((verdict, lines removed, characters removed) per document), with the batch's
+    ``lines_removed``, ``chars_removed`` and ``docs_with_lines_removed`` added to ``step``'s counters at once."""
+    removed = chars = touched = 0
+    for _, r, c in results:
+        if r:
+            removed, chars, touched = removed + r, chars + c, touched + 1
+    if touched:
+        step.stat_update("lines_removed", value=removed)
+        step.stat_update("chars_removed", value=chars)
+        step.stat_update("docs_with_lines_removed", value=touched)
+    return [v for v, _, _ in results]
 
 
 def remove_lines(doc, lines: list[str], keep: list[bool], removed: int, min_words: int):
@@ -356,17 +359,7 @@ class OnePassLineDedup(BaseFilter):
 
     def _decide_batch(self, batch: list) -> list:
         """One verdict per document (True, or (False, reason)); the line counters updated once per batch."""
-        removed = chars = touched = 0
-        verdicts = []
-        for verdict, r, c in self._verdicts(batch):
-            if r:
-                removed, chars, touched = removed + r, chars + c, touched + 1
-            verdicts.append(verdict)
-        if touched:
-            self.stat_update("lines_removed", value=removed)
-            self.stat_update("chars_removed", value=chars)
-            self.stat_update("docs_with_lines_removed", value=touched)
-        return verdicts
+        return verdicts_counting_lines(self, self._verdicts(batch))
 
     def filter(self, doc):  # the exclusion-writer path: one document at a time
         return self._decide_batch([doc])[0]

@@ -54,6 +54,18 @@ def ascii_table(lower: bool = True) -> np.ndarray:
     return table
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def decode_utf8(src, i, b):
+    """(code point, byte length) of the multi-byte UTF-8 sequence at ``src[i]``, whose lead byte ``b`` is >= 0x80
+    (the text was encoded by Python, so the sequence is whole and valid)."""
+    if b < 0xE0:
+        return ((b & 0x1F) << 6) | (np.int64(src[i + 1]) & 0x3F), 2
+    if b < 0xF0:
+        return ((b & 0x0F) << 12) | ((np.int64(src[i + 1]) & 0x3F) << 6) | (np.int64(src[i + 2]) & 0x3F), 3
+    return (((b & 0x07) << 18) | ((np.int64(src[i + 1]) & 0x3F) << 12)
+            | ((np.int64(src[i + 2]) & 0x3F) << 6) | (np.int64(src[i + 3]) & 0x3F)), 4
+
+
 @nb.njit(cache=True, nogil=True)
 def _fold_batch(src, starts, out, out_ends, lower, space, ascii_map, do_lower):
     """For text t (UTF-8 bytes ``src[starts[t]:starts[t+1]]``): write its lowered, whitespace-folded bytes to
@@ -83,15 +95,7 @@ def _fold_batch(src, starts, out, out_ends, lower, space, ascii_map, do_lower):
                 prev_ws = ws
                 i += 1
                 continue
-            if b < 0xE0:
-                cp, size = ((b & 0x1F) << 6) | (np.int64(src[i + 1]) & 0x3F), 2
-            elif b < 0xF0:
-                cp = ((b & 0x0F) << 12) | ((np.int64(src[i + 1]) & 0x3F) << 6) | (np.int64(src[i + 2]) & 0x3F)
-                size = 3
-            else:
-                cp = (((b & 0x07) << 18) | ((np.int64(src[i + 1]) & 0x3F) << 12)
-                      | ((np.int64(src[i + 2]) & 0x3F) << 6) | (np.int64(src[i + 3]) & 0x3F))
-                size = 4
+            cp, size = decode_utf8(src, i, b)
             i += size
             if do_lower:
                 cp = np.int64(lower[cp])

@@ -25,7 +25,7 @@ import numba as nb
 import numpy as np
 
 from cuvee.dedup.native import _FNV_OFFSET, _FNV_PRIME, MAX_CODE_POINT, mix, word_char_table
-from cuvee.dedup.native_exact import lower_table
+from cuvee.dedup.native_exact import decode_utf8, lower_table
 
 # per code point: bit 0 \w, bit 1 \d (Python's re, str patterns). Everything else separates words: re's \s is
 # exactly str.isspace() (both are Py_UNICODE_ISSPACE; a test checks), so punctuation turned into a space and
@@ -144,15 +144,7 @@ def line_hashes_batch(src, starts, lower, feed, classes, fold_start, fold_len, f
                     words = 0
                     in_word = False
                 continue
-            if b < 0xE0:
-                c, size = ((b & 0x1F) << 6) | (np.int64(src[i + 1]) & 0x3F), 2
-            elif b < 0xF0:
-                c = ((b & 0x0F) << 12) | ((np.int64(src[i + 1]) & 0x3F) << 6) | (np.int64(src[i + 2]) & 0x3F)
-                size = 3
-            else:
-                c = (((b & 0x07) << 18) | ((np.int64(src[i + 1]) & 0x3F) << 12)
-                     | ((np.int64(src[i + 2]) & 0x3F) << 6) | (np.int64(src[i + 3]) & 0x3F))
-                size = 4
+            c, size = decode_utf8(src, i, b)
             i += size
             c = np.int64(lower[c])
             s = fold_start[c]
