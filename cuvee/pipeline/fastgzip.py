@@ -1,13 +1,14 @@
-"""gzip through ISA-L (``isal.igzip``): read about 3x faster than :mod:`gzip`, written about 10x faster.
+"""gzip through ISA-L (``isal.igzip``): read about 3x faster than :mod:`gzip`, written about 9x faster.
 
-Decompressing is half of reading a ``.jsonl.gz`` line (11 of 24 us a document on 1.6 KB documents), and a
+Decompressing was nearly half of reading a ``.jsonl.gz`` line (10 of 24 us a document on 1.6 KB documents; 3.4
+with ISA-L, ``benchmarks/bench_gzip_io.py``), and a
 copy-free dedup barrier reads its input twice, so the second read is most of what the barrier costs
 (``benchmarks/bench_dolma.py``). ``isal`` ships wheels for Linux, macOS and Windows; if it cannot be imported,
 the standard library's :mod:`gzip` is used and only speed differs.
 
-Writing: :mod:`gzip`'s default level 9 cost 140 us per 1.6 KB document, more than every dedup stage together;
-ISA-L's level 3 writes the same stream format about 10x faster, files about 8 % larger (50 MB of JSONL:
-17.9 MB at zlib level 9, 19.4 MB at ISA-L level 3). Any gzip reader reads it.
+Writing: :mod:`gzip`'s default level 9 cost 128 us per 1.6 KB document, more than every dedup stage together;
+ISA-L's level 3 writes the same stream format 8.8x faster, files 8 % larger (54 MB of JSONL: 19.4 MB at zlib
+level 9, 21.0 MB at ISA-L level 3). Any gzip reader reads it.
 """
 
 from __future__ import annotations

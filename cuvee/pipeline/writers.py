@@ -137,7 +137,7 @@ def route_folder(metadata: dict, key: str) -> str:
 
 class _DeterministicGzip(GzipFile):
     """A gzip stream with a fixed header (mtime 0, no file name) that closes its underlying file too; written
-    through ISA-L at level 3 (:mod:`cuvee.pipeline.fastgzip`: about 10x faster than zlib's level 9)."""
+    through ISA-L at level 3 (:mod:`cuvee.pipeline.fastgzip`: about 9x faster than zlib's level 9)."""
 
     def __init__(self, raw):
         super().__init__(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=WRITE_LEVEL)
