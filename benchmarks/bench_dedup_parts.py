@@ -20,7 +20,6 @@ start-up and the writing of outputs are not in these figures.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import sys
@@ -59,11 +58,9 @@ def cpu(fn) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--docs", type=int, default=10_000)
-    ap.add_argument("--runs", type=int, default=7)
-    args = ap.parse_args()
-    from bench_dolma import REAL_PASSAGES, build_corpus
+    from bench_dolma import REAL_PASSAGES, build_corpus, docs_runs_args
+
+    args = docs_runs_args(__doc__, 10_000, 7)
 
     work = Path(tempfile.mkdtemp(prefix="cuvee_bench_dedup_parts_"))
     info = build_corpus(work / "corpus", args.docs)

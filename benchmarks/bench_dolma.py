@@ -93,6 +93,14 @@ def build_corpus(folder: Path, n: int, seed: int = 0) -> dict:
             "chars": sum(len(d) for d in docs)}
 
 
+def docs_runs_args(description: str, docs: int, runs: int) -> argparse.Namespace:
+    """``--docs`` and ``--runs``, the options of the in-process benchmarks built on :func:`build_corpus`."""
+    ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=docs)
+    ap.add_argument("--runs", type=int, default=runs)
+    return ap.parse_args()
+
+
 REAL_PASSAGES = 10_000  # about what the real pages give; beyond, build_corpus joins halves of two passages
 
 # the Dolma command each cuvee operation is compared with (one Dolma run per command and round)

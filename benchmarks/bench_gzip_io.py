@@ -16,7 +16,6 @@ CPU seconds in this process, median of ``--runs`` [min-max], after one warm-up p
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import io
 import json
@@ -54,11 +53,9 @@ def read_all(opener, path: Path) -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--docs", type=int, default=30_000)
-    ap.add_argument("--runs", type=int, default=5)
-    args = ap.parse_args()
-    from bench_dolma import build_corpus
+    from bench_dolma import build_corpus, docs_runs_args
+
+    args = docs_runs_args(__doc__, 30_000, 5)
 
     work = Path(tempfile.mkdtemp(prefix="cuvee_bench_gzip_"))
     try:
