@@ -39,3 +39,31 @@ def test_line_dedup_spilling_gives_the_same_result(tmp_path):
     assert "spill_partitions" not in counters(cb, "line_counts", "count lines")
     assert [[d.text for d in r] for r in big] == [[d.text for d in r] for r in small]
     assert counters(cb, "seg01", "line dedup")["lines_removed"] > 0
+
+
+@pytest.mark.parametrize("stage", ["exact_dedup", "line_dedup"])
+def test_exclusions_take_the_same_decisions_one_document_at_a_time(tmp_path, stage):
+    """``output.exclusions: true`` sends a barrier filter through BaseFilter's per-document ``filter``: the same
+    documents and texts are kept as through the per-batch path, and every dropped one is written for inspection."""
+    import gzip
+    import json
+
+    from cuvee.pipeline.runner import run_recipe
+
+    t = real_texts()[:120]
+    rows = [{"id": f"d{i}", "text": t[i % 100]} for i in range(120)]  # 20 exact copies; shared lines
+    (tmp_path / "in").mkdir()
+    with gzip.open(tmp_path / "in" / "x.jsonl.gz", "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    params = {"stage": stage} | ({"min_occurrences": 2} if stage == "line_dedup" else {})
+    out = {}
+    for exclusions in (False, True):
+        run_dir = tmp_path / f"run_{exclusions}"
+        stats = run_recipe({"name": "x", "run_dir": str(run_dir), "input": {"paths": [str(tmp_path / "in")],
+                            "format": "jsonl"}, "stages": [params], "executor": {"kind": "local", "tasks": 2},
+                            "output": {"format": "jsonl", "exclusions": exclusions}})
+        kept = [json.loads(line) for p in sorted((run_dir / "output").rglob("*.jsonl.gz")) for line in gzip.open(p, "rt")]
+        out[exclusions] = (sorted((r["id"], r["text"]) for r in kept), stats["accounting"]["by_reason"])
+    assert out[True] == out[False] and sum(out[True][1].values()) >= 20
+    excluded = [line for p in (tmp_path / "run_True" / "excluded").rglob("*.jsonl.gz") for line in gzip.open(p, "rt")]
+    assert len(excluded) == sum(out[True][1].values())

@@ -103,14 +103,12 @@ class DropListed(BaseFilter):
         self.reason = reason
         self._tracker: PositionTracker | None = None
         self._drops = np.zeros(0, dtype=np.uint64)
-        self._next = 0
 
     def run(self, data, rank: int = 0, world_size: int = 1):
         self._tracker = PositionTracker(self.folder / "ids", rank, self.name)
         files = sorted(self.folder.glob(self.drops_glob.format(rank=f"{rank:05d}")))
-        # sorted positions, walked with a cursor: positions arrive in increasing order
+        # sorted positions, bisected per batch
         self._drops = np.unique(np.concatenate([load_array(f, np.uint64) for f in files])) if files else self._drops
-        self._next = 0
         if self.exclusion_writer:
             yield from super().run(data, rank, world_size)
             return
@@ -125,10 +123,5 @@ class DropListed(BaseFilter):
             verdicts[p - start] = (False, self.reason)
         return verdicts
 
-    def filter(self, doc):
-        pos = self._tracker.next(doc)
-        while self._next < len(self._drops) and self._drops[self._next] < pos:
-            self._next += 1
-        if self._next < len(self._drops) and self._drops[self._next] == pos:
-            return False, self.reason
-        return True
+    def filter(self, doc):  # the exclusion-writer path: one document at a time, the same decision
+        return self._decide_batch([doc])[0]

@@ -27,13 +27,6 @@ GzipFile = _igzip.IGzipFile if _igzip is not None else gzip.GzipFile
 WRITE_LEVEL = 3 if _igzip is not None else 6  # ISA-L's best; zlib's 6 is its own speed/size default
 
 
-def gzip_reader(fileobj: IO[bytes]) -> IO[bytes]:
-    """A binary reader of the decompressed stream of ``fileobj`` (every gzip member, as :class:`gzip.GzipFile`)."""
-    if _igzip is not None:
-        return _igzip.IGzipFile(fileobj=fileobj, mode="rb")
-    return gzip.GzipFile(fileobj=fileobj, mode="rb")
-
-
 def open_gzip(path, mode: str = "rb", **kwargs):
     """:func:`gzip.open`, through ISA-L where available (same arguments, text modes included)."""
     return (_igzip if _igzip is not None else gzip).open(path, mode, **kwargs)
@@ -55,5 +48,5 @@ def open_decompressed(data_folder, path: str, compression: str | None = "infer")
         with data_folder.open(path, "rb", compression=compression) as f:
             yield f
         return
-    with data_folder.open(path, "rb", compression=None) as raw, gzip_reader(raw) as f:
+    with data_folder.open(path, "rb", compression=None) as raw, GzipFile(fileobj=raw, mode="rb") as f:
         yield f
