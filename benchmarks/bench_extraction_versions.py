@@ -4,8 +4,9 @@ trafilatura 2.x vs cuvee's ``extract`` stage (2.x, fallback comparison skipped f
 Same decoded HTML strings for every system, FineWeb settings (favor_precision, no comments, tables, no
 dedup cache). cuvee's default writes table cells as lines (``extract.tables: text``, as 1.x did); its
 ``tables: markdown`` row keeps 2.x's pipe rows; the last column counts pages whose text has such rows. The
-``guard_xpaths: false`` row evaluates trafilatura's own regex XPaths instead of cuvee's guarded ones (same
-nodes, so the same text and F1; the row shows what the guard saves). Each (system, run) is a fresh interpreter; runs are interleaved round-robin so machine load
+``native_xpaths: false`` row evaluates the guarded XPaths in libxml2 instead of cuvee's compiled ones, and the
+``guard_xpaths and native_xpaths: false`` row trafilatura's own regex XPaths (same nodes, so the same text and
+F1; the rows show what each saves). Each (system, run) is a fresh interpreter; runs are interleaved round-robin so machine load
 hits every system alike. Reported: F1/P/R (identical across runs: extraction is deterministic) and CPU ms
 per document as median [min-max] over the runs; start-up (imports + 5 warm-up pages) is reported apart.
 
@@ -45,13 +46,14 @@ def worker(pages_file: str, system: str, out_file: str) -> None:
     if system.startswith("cuvee"):
         tables = "markdown" if system == "cuvee_md" else "text"
         guard = system != "cuvee_noguard"
+        native = system not in ("cuvee_noguard", "cuvee_nonative")
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from datatrove.data import Document
 
         from cuvee.pipeline.stages.extract import TrafilaturaExtract
 
         def run_all(items):
-            step = TrafilaturaExtract(timeout_s=10, tables=tables, guard_xpaths=guard, **KW)
+            step = TrafilaturaExtract(timeout_s=10, tables=tables, guard_xpaths=guard, native_xpaths=native, **KW)
             docs = (Document(text=html, id=k) for k, html in items)
             got = {d.id: d.text for d in step.run(docs)}
             return {k: got.get(k, "") for k, _ in items}
@@ -107,7 +109,9 @@ def main() -> None:
                ("trafilatura 2.x fast=True (no fallback)", sys.executable, "fast"),
                ("cuvee extract (2.x, skip_fallback_above 2000, tables as lines: the default)", sys.executable, "cuvee"),
                ("cuvee extract, tables: markdown (2.x's pipe rows)", sys.executable, "cuvee_md"),
-               ("cuvee extract, guard_xpaths: false (trafilatura's own XPaths)", sys.executable, "cuvee_noguard")]
+               ("cuvee extract, native_xpaths: false (the guarded XPaths in libxml2)", sys.executable, "cuvee_nonative"),
+               ("cuvee extract, guard_xpaths and native_xpaths: false (trafilatura's own XPaths)", sys.executable,
+                "cuvee_noguard")]
     if not Path(args.traf111_python).exists():
         sys.exit(f"no {args.traf111_python}: python -m venv /tmp/traf111 && "
                  f"/tmp/traf111/bin/pip install trafilatura==1.11.0 lxml_html_clean")

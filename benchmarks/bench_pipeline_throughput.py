@@ -9,8 +9,10 @@ Variants, each in a fresh interpreter, one task / one worker (LocalPipelineExecu
              same folder, executor local tasks=1 workers=1, output JSONL, and WITHOUT the minhash_dedup stage
              (datatrove's example runs MinHash as separate jobs after this pipeline; it is excluded on BOTH sides)
   cascade    as cuvee, plus ``cc_language_prefilter`` (languages [en]) right before ``extract``
-  ...        --variants also accepts cuvee_dedup (extract.deduplicate: false) and cuvee_noguard
-             (extract.guard_xpaths: false: trafilatura's own regex XPaths, to show what the guard saves)
+  ...        --variants also accepts cuvee_dedup (extract.deduplicate: false), cuvee_noguard
+             (extract.guard_xpaths: false and native_xpaths: false: trafilatura's own regex XPaths, to show what the
+             guard and the compiled XPaths save) and cuvee_nonative (native_xpaths: false: the guarded XPaths in
+             libxml2, to show what compiling them saves)
 
 Input, real pages only by default:
   * real Common Crawl records: CC-MAIN-2020-34 excerpt (16 pages, multilingual, with CC's CLD2 metadata records),
@@ -226,7 +228,9 @@ def datatrove_fineweb(inp: Path, out: Path) -> list:
     ]
 
 
-EXTRACT_OVERRIDES = {"cuvee_dedup": {"deduplicate": False}, "cuvee_noguard": {"guard_xpaths": False}}
+EXTRACT_OVERRIDES = {"cuvee_dedup": {"deduplicate": False},
+                     "cuvee_noguard": {"guard_xpaths": False, "native_xpaths": False},
+                     "cuvee_nonative": {"native_xpaths": False}}
 
 
 def cuvee_recipe(variant: str, inp: Path, work: Path, out: Path | None = None) -> dict:
@@ -289,7 +293,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="/work/shared/data")
     ap.add_argument("--variants", default="datatrove,cuvee,cascade", help="also: cuvee_dedup (extract.deduplicate: false), "
-                    "cuvee_noguard (extract.guard_xpaths: false)")
+                    "cuvee_noguard (extract.guard_xpaths and native_xpaths: false), "
+                    "cuvee_nonative (extract.native_xpaths: false)")
     ap.add_argument("--wcxb-english", type=int, default=10_000, help="WCXB test pages (real pages, any language; default all)")
     ap.add_argument("--translated", type=int, default=0, help="SYNTHETIC non-English pages (default none: real pages only)")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds over all variants; median [min-max] reported")

@@ -19,7 +19,9 @@ identical with the guard on and off (``tests/test_ingest_xpath_guard.py``).
 How: while the ``extract`` stage runs (``extract.guard_xpaths``, default true), the expression lists in
 ``trafilatura.xpaths`` are swapped **in place** for the guarded ones (every trafilatura module holds the
 same list objects) and restored afterwards. A trafilatura release that moves them only loses the speed-up,
-never changes the output.
+never changes the output. With ``extract.native_xpaths`` (default true), an expression that fits
+``xpath_native``'s subset is swapped for its compiled Python twin instead, and only the others for their
+guarded XPath.
 """
 
 from __future__ import annotations
@@ -83,16 +85,35 @@ def expression_lists() -> dict[str, list]:
             if isinstance(value, list) and value and all(isinstance(x, XPath) for x in value)}
 
 
+_native: dict[str, object] = {}
+
+
+def compiled(xpath):
+    """The expression compiled to Python (``xpath_native``, once per process), or None outside its subset."""
+    from cuvee.pipeline.stages.xpath_native import compile_native
+
+    if xpath.path not in _native:
+        _native[xpath.path] = compile_native(xpath)
+    return _native[xpath.path]
+
+
+def native_or_guarded(xpath):
+    """The compiled twin where there is one, else the guarded XPath."""
+    return compiled(xpath) or guarded(xpath)
+
+
 @contextmanager
-def guarded_xpaths(enabled: bool = True):
-    """Within the block, trafilatura evaluates the guarded expressions; the originals come back afterwards."""
-    if not enabled:
+def guarded_xpaths(enabled: bool = True, native: bool = False):
+    """Within the block, trafilatura evaluates the guarded (and, with ``native``, compiled) expressions; the
+    originals come back afterwards."""
+    if not enabled and not native:
         yield
         return
+    swap = (native_or_guarded if enabled else lambda x: compiled(x) or x) if native else guarded
     saved = [(lst, list(lst)) for lst in expression_lists().values()]
     try:  # a swap that fails half-way (an expression that does not compile) still restores every list
         for lst, original in saved:
-            lst[:] = [guarded(x) for x in original]
+            lst[:] = [swap(x) for x in original]
         yield
     finally:
         for lst, original in saved:
