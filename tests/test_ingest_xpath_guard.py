@@ -4,33 +4,20 @@ extraction output, a rewrite only where it is provably the same test, and the or
 from __future__ import annotations
 
 from copy import copy
-from pathlib import Path
 
 import pytest
 from lxml.etree import XPath
 from lxml.html import fromstring
 
-from cuvee.pipeline.readers import make_reader
-from cuvee.pipeline.stages.extract import TrafilaturaExtract
-from cuvee.pipeline.stages.response import ResponseCheck
+from _extract_helpers import extract_samples, sample_pages
 from cuvee.pipeline.stages.xpath_guard import REGEXP_NS, expression_lists, guard_path, guarded, guarded_xpaths
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLES = sorted((REPO / "data/sample").glob("*.*arc.gz"))
 NS = {"re": REGEXP_NS}
-
-
-def _pages(limit=80):
-    pages = []
-    for path in SAMPLES:
-        for doc in ResponseCheck().run(make_reader(str(path), limit=limit).run()):
-            pages.append(doc)
-    return pages
 
 
 @pytest.fixture(scope="module")
 def pages():
-    docs = _pages()
+    docs = sample_pages()
     assert len(docs) > 40
     return docs
 
@@ -78,12 +65,8 @@ def test_every_rewritten_expression_selects_the_same_nodes_on_real_pages(pages):
     assert selected > 100  # the expressions did select boilerplate on these pages, not just empty lists
 
 
-def _extract(guard, limit=60):
-    out = {}
-    for path in SAMPLES:
-        step = TrafilaturaExtract(guard_xpaths=guard, native_xpaths=False, timeout_s=10)  # the guard alone
-        out.update({d.id: d.text for d in step.run(ResponseCheck().run(make_reader(str(path), limit=limit).run()))})
-    return out
+def _extract(guard):
+    return extract_samples(guard_xpaths=guard, native_xpaths=False)  # the guard alone
 
 
 def test_same_extraction_with_and_without_the_guard_and_lists_restored():

@@ -6,21 +6,16 @@ from __future__ import annotations
 
 import random
 from copy import copy
-from pathlib import Path
 
 import pytest
 from lxml.etree import XPath
 from lxml.html import fromstring
 
-from cuvee.pipeline.readers import make_reader
+from _extract_helpers import extract_samples, sample_pages
 from cuvee.pipeline.stages import xpath_native
-from cuvee.pipeline.stages.extract import TrafilaturaExtract
-from cuvee.pipeline.stages.response import ResponseCheck
 from cuvee.pipeline.stages.xpath_guard import REGEXP_NS, expression_lists, guarded_xpaths
 from cuvee.pipeline.stages.xpath_native import NativeXPath, compile_native, first_attribute, translate_table
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLES = sorted((REPO / "data/sample").glob("*.*arc.gz"))
 NS = {"re": REGEXP_NS}
 
 
@@ -58,14 +53,7 @@ def test_expressions_outside_the_subset_are_refused(path):
     assert compile_native(XPath(path, namespaces={"re": REGEXP_NS, "x": "urn:x"})) is None
 
 
-def _pages(limit=80):
-    pages = []
-    for path in SAMPLES:
-        pages.extend(ResponseCheck().run(make_reader(str(path), limit=limit).run()))
-    return pages
-
-
-def test_every_compiled_expression_selects_the_same_nodes_on_real_pages():
+def test_every_compiled_expression_selects_the_same_nodes_on_realsample_pages():
     from trafilatura.htmlprocessing import convert_tags, tree_cleaning
     from trafilatura.settings import Extractor
     from trafilatura.utils import load_html
@@ -73,7 +61,7 @@ def test_every_compiled_expression_selects_the_same_nodes_on_real_pages():
     compiled = [(name, x, n) for name, x, n in _compiled_lists() if n is not None]
     options = Extractor(output_format="txt", precision=True, tables=True)
     selected = trees = 0
-    for doc in _pages():
+    for doc in sample_pages():
         raw = load_html(doc.text)
         if raw is None:
             continue
@@ -182,17 +170,9 @@ def test_verdict_cache_stays_bounded(monkeypatch):
     assert len(cache) <= 4
 
 
-def _extract(native, limit=60):
-    out = {}
-    for path in SAMPLES:
-        step = TrafilaturaExtract(native_xpaths=native, timeout_s=10)
-        out.update({d.id: d.text for d in step.run(ResponseCheck().run(make_reader(str(path), limit=limit).run()))})
-    return out
-
-
 def test_same_extraction_with_and_without_compiled_xpaths_and_lists_restored():
     before = {name: list(lst) for name, lst in expression_lists().items()}
-    on, off = _extract(True), _extract(False)
+    on, off = extract_samples(native_xpaths=True), extract_samples(native_xpaths=False)
     assert on == off and len(on) > 30
     assert {name: list(lst) for name, lst in expression_lists().items()} == before
     lists = expression_lists()  # the list objects every trafilatura module shares, swapped in place
