@@ -53,13 +53,8 @@ def load_texts(shared: Path) -> tuple[list[str], list[str]]:
         if m := json.loads(gt.read_text())["ground_truth"].get("main_content"):
             texts.append(m)
             src.append("wcxb_test")
-    dev = shared / "extraction_wcxb" / "dev_ground_truth_main_content.jsonl.gz"
-    with gzip.open(dev, "rt") as f:
-        for line in f:
-            if m := json.loads(line).get("main_content"):
-                texts.append(m)
-                src.append("wcxb_dev")
-    return texts, src
+    dev = load_texts_jsonl(shared / "extraction_wcxb" / "dev_ground_truth_main_content.jsonl.gz")
+    return texts + dev, src + ["wcxb_dev"] * len(dev)
 
 
 def load_texts_jsonl(path: Path, key: str = "main_content") -> list[str]:

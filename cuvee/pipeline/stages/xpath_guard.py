@@ -97,11 +97,6 @@ def compiled(xpath):
     return _native[xpath.path]
 
 
-def native_or_guarded(xpath):
-    """The compiled twin where there is one, else the guarded XPath."""
-    return compiled(xpath) or guarded(xpath)
-
-
 @contextmanager
 def guarded_xpaths(enabled: bool = True, native: bool = False):
     """Within the block, trafilatura evaluates the guarded (and, with ``native``, compiled) expressions; the
@@ -109,7 +104,10 @@ def guarded_xpaths(enabled: bool = True, native: bool = False):
     if not enabled and not native:
         yield
         return
-    swap = (native_or_guarded if enabled else lambda x: compiled(x) or x) if native else guarded
+
+    def swap(xpath):  # the compiled twin if asked for and there is one, else guarded or trafilatura's own
+        return (native and compiled(xpath)) or (guarded(xpath) if enabled else xpath)
+
     saved = [(lst, list(lst)) for lst in expression_lists().values()]
     try:  # a swap that fails half-way (an expression that does not compile) still restores every list
         for lst, original in saved:

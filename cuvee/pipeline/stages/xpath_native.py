@@ -153,14 +153,18 @@ class _Parser:
         return tok[1:-1]
 
     # -- grammar
-    def parse(self) -> tuple[str, str, list[str]]:
-        """(tag: '*' or a name; mode: 'all', 'first' in document order or 'parent' = first child of each parent;
-        the predicates as Python expressions)."""
+    def parse(self) -> tuple[tuple[str, ...], str, list[str]]:
+        """(tags: the element names to iterate, ('*',) for every element; mode: 'all', 'first' in document order
+        or 'parent' = first child of each parent; the remaining predicates as Python expressions)."""
         first = False
         if self.accept("op", "("):
             first = True
         self.take("op", ".//")
-        tag = "*" if self.accept("op", "*") else self.take("name")
+        tags = ("*",) if self.accept("op", "*") else (self.take("name"),)
+        if tags == ("*",) and self.peek() == ("op", "[") and (names := self.self_disjunction(self.at + 1)):
+            tags = names  # a leading [self::a or self::b ...] becomes lxml's C tag filter
+            self.at += 2 * len(names)  # '[' and the tests with their 'or's; the ']' is taken next
+            self.take("op", "]")
         preds, per_parent = [], False
         while self.accept("op", "["):
             if self.peek()[0] == "num":
@@ -183,7 +187,23 @@ class _Parser:
                 raise Unsupported("[1] inside and outside")
         if self.peek()[0] is not None:
             raise Unsupported(f"trailing {self.peek()[1]!r}")
-        return tag, ("first" if first else "parent" if per_parent else "all"), preds
+        return tags, ("first" if first else "parent" if per_parent else "all"), preds
+
+    def self_disjunction(self, at: int) -> tuple[str, ...] | None:
+        """The names of a predicate starting at token ``at`` that is ``self::a or self::b ...`` and nothing else,
+        or None. Consumes nothing."""
+        names = []
+        while True:
+            kind, value = self.toks[at] if at < len(self.toks) else (None, None)
+            if kind != "self":
+                return None
+            names.append(value[len("self::"):])
+            nxt = self.toks[at + 1] if at + 1 < len(self.toks) else (None, None)
+            if nxt == ("op", "]"):
+                return tuple(names)
+            if nxt != ("name", "or"):
+                return None
+            at += 2
 
     def or_expr(self) -> str:
         parts = [self.and_expr()]
@@ -294,18 +314,11 @@ def compile_native(xpath) -> NativeXPath | None:
 
     try:
         parser = _Parser(xpath.path)
-        tag, mode, preds = parser.parse()
+        tags, mode, preds = parser.parse()
     except Unsupported:
         return None
-    tags: tuple = ()
-    if tag == "*" and preds:  # a leading predicate of self:: tests alone becomes lxml's C tag filter
-        names = re.findall(r"\(e\.tag == '([\w.-]+)'\)", preds[0])
-        if names and preds[0] in (f"(e.tag == {names[0]!r})", "(" + " or ".join(f"(e.tag == {n!r})" for n in names) + ")"):
-            tags, preds = tuple(names), preds[1:]
-    if not tags:
-        tags = (Element,) if tag == "*" else (tag,)
     env = parser.env
-    env["_tags"] = tags
+    env["_tags"] = (Element,) if tags == ("*",) else tags
     cond = " and ".join(preds) or "True"
     body = {
         "all": "        if {c}:\n            out.append(e)\n",
