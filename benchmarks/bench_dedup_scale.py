@@ -1,13 +1,15 @@
-"""Time, peak memory and bytes written of the dedup stages at scale (100k and 1M documents, one machine).
+"""Time, peak memory and bytes written of the dedup stages at scale (100k to 10M documents, one machine).
 
 Documents: synthetic by recombination of real text (10-40 lines drawn from WCXB main-content lines of >= 4
-words and lingua's sentences; ~1.5 KB each), plus 5 % exact copies, so every stage has work. Each
+words and lingua's sentences; ~3.3 KB each), plus 5 % exact copies, so every stage has work. Each
 configuration is one ``cuvee run`` (JSONL in -> stage(s) -> JSONL out, executor local, ``--tasks`` tasks run
 one after the other by one worker, so the whole run is one process) in a fresh process: wall seconds, CPU
 seconds and peak RSS of that process (``os.wait4`` of that child alone, see ``_child.py``), and bytes left under the run's
-``work/`` folder (the dedup intermediates) and ``output/``.
+``work/`` folder (the dedup intermediates) and ``output/``. ``--repeats N`` runs each configuration N times
+in a row and prints median [min-max] of wall, CPU, documents/s per core and peak RSS; the bytes written and the
+documents kept must be the same in every run (the script stops if they are not).
 
-    python benchmarks/bench_dedup_scale.py --docs 100000,1000000 [--tasks 2]
+    python benchmarks/bench_dedup_scale.py --docs 100000,1000000 [--tasks 2] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -85,13 +88,23 @@ def run(corpus: Path, stages: list, run_dir: Path, tasks: int) -> dict:
                 "accounting"]["records_read"]}
 
 
+def spread(values: list[float]) -> str:
+    """One value as is; several as median [min-max], the form RESULTS.md states figures in."""
+    if len(values) == 1:
+        return f"{values[0]:,.0f}"
+    return f"{statistics.median(values):,.0f} [{min(values):,.0f}-{max(values):,.0f}]"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", default="100000,1000000")
     ap.add_argument("--tasks", type=int, default=2)
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--work", default=str(HERE / "out" / "scale"))
+    ap.add_argument("--repeats", type=int, default=1, help="runs per configuration (median [min-max] printed)")
     args = ap.parse_args()
+    if args.repeats < 1:
+        ap.error("--repeats must be >= 1")
     work = Path(args.work)
     print(f"# {time.strftime('%Y-%m-%d %H:%M')} tasks={args.tasks} load {open('/proc/loadavg').read().split()[:3]}; "
           f"disk free {shutil.disk_usage(work.parent if work.parent.exists() else '/').free / 1e9:.0f} GB")
@@ -104,9 +117,14 @@ def main() -> None:
             chars = build(corpus, n, args.tasks)
             print(f"(built {n} documents, {chars / 1e9:.2f} G chars, in {time.perf_counter() - t:.0f} s)", flush=True)
         for name in args.configs.split(","):
-            res = run(corpus, CONFIGS[name], work / f"run_{n}", args.tasks)
-            print(f"| {n:,} | {name} | {res['wall_s']:.0f} | {res['cpu_s']:.0f} | {n / res['cpu_s']:,.0f} | "
-                  f"{res['max_rss_mb']:.0f} | {res['work_bytes'] / 1e6:,.0f} MB | {res['output_bytes'] / 1e6:,.0f} MB | "
+            runs = [run(corpus, CONFIGS[name], work / f"run_{n}", args.tasks) for _ in range(args.repeats)]
+            res = runs[0]
+            same = {(r["work_bytes"], r["output_bytes"], r["kept"], r["read"]) for r in runs}
+            if len(same) != 1:
+                sys.exit(f"{name} at {n:,}: runs disagree on (work bytes, output bytes, kept, read): {sorted(same)}")
+            print(f"| {n:,} | {name} | {spread([r['wall_s'] for r in runs])} | {spread([r['cpu_s'] for r in runs])} | "
+                  f"{spread([n / r['cpu_s'] for r in runs])} | {spread([r['max_rss_mb'] for r in runs])} | "
+                  f"{res['work_bytes'] / 1e6:,.0f} MB | {res['output_bytes'] / 1e6:,.0f} MB | "
                   f"{res['kept']:,} of {res['read']:,} read |", flush=True)
         shutil.rmtree(work / f"run_{n}", ignore_errors=True)
     print(f"load after: {open('/proc/loadavg').read().split()[:3]}")
