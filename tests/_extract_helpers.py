@@ -13,7 +13,8 @@ SAMPLES = sorted((Path(__file__).resolve().parents[1] / "data/sample").glob("*.*
 
 
 def sample_pages(limit: int = 80) -> list:
-    """The samples' HTML responses as datatrove Documents (``doc.text`` is the decoded HTML)."""
+    """The samples' HTML responses as datatrove Documents (``doc.text`` is the decoded HTML); ``limit`` records
+    per file, -1 for all."""
     pages = []
     for path in SAMPLES:
         pages.extend(ResponseCheck().run(make_reader(str(path), limit=limit).run()))
@@ -21,8 +22,6 @@ def sample_pages(limit: int = 80) -> list:
 
 
 def extract_samples(limit: int = 60, **extract_kw) -> dict[str, str]:
-    out = {}
-    for path in SAMPLES:
-        step = TrafilaturaExtract(timeout_s=10, **extract_kw)
-        out.update({d.id: d.text for d in step.run(ResponseCheck().run(make_reader(str(path), limit=limit).run()))})
-    return out
+    """The pages of :func:`sample_pages` through the ``extract`` stage: text by document id."""
+    step = TrafilaturaExtract(timeout_s=10, **extract_kw)
+    return {d.id: d.text for d in step.run(iter(sample_pages(limit)))}

@@ -4,18 +4,15 @@ trafilatura 2.x's pipe rows on request; the same words either way, on the real p
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import trafilatura.core
 from datatrove.data import Document
 
-from cuvee.pipeline.readers import make_reader
+from _extract_helpers import sample_pages
 from cuvee.pipeline.stages.extract import TrafilaturaExtract
-from cuvee.pipeline.stages.response import ResponseCheck
 from cuvee.pipeline.stages.table_text import check_supported, tables_as_text
 
-REPO = Path(__file__).resolve().parents[1]
 
 CELL_A = "The river valley was settled by farmers who cultivated wheat and barley along the fertile banks."
 CELL_B = "Archaeologists recently uncovered pottery fragments suggesting that trade routes reached far."
@@ -77,17 +74,10 @@ def test_a_trafilatura_that_stops_calling_xmltotxt_is_refused_loudly(monkeypatch
         pass
 
 
-def sample_pages() -> list[Document]:
-    docs = []
-    for f in sorted((REPO / "data/sample").glob("*.gz")):
-        docs += list(ResponseCheck().run(make_reader(str(f)).run()))
-    return docs
-
-
 def test_real_pages_same_words_and_no_pipe_rows():
     """Every page of the bundled sample: identical word sequence in both modes; pipe rows only in markdown.
     The 2008 ARC pages are table layouts: most of them must differ, or the test would prove nothing."""
-    pages = sample_pages()
+    pages = sample_pages(limit=-1)
     assert len(pages) > 100
     out = {}
     for mode in ("text", "markdown"):

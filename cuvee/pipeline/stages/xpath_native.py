@@ -161,7 +161,7 @@ class _Parser:
             first = True
         self.take("op", ".//")
         tags = ("*",) if self.accept("op", "*") else (self.take("name"),)
-        if tags == ("*",) and self.peek() == ("op", "[") and (names := self.self_disjunction(self.at + 1)):
+        if tags == ("*",) and self.peek() == ("op", "[") and (names := self.self_disjunction(1)):
             tags = names  # a leading [self::a or self::b ...] becomes lxml's C tag filter
             self.at += 2 * len(names)  # '[' and the tests with their 'or's; the ']' is taken next
             self.take("op", "]")
@@ -189,21 +189,21 @@ class _Parser:
             raise Unsupported(f"trailing {self.peek()[1]!r}")
         return tags, ("first" if first else "parent" if per_parent else "all"), preds
 
-    def self_disjunction(self, at: int) -> tuple[str, ...] | None:
-        """The names of a predicate starting at token ``at`` that is ``self::a or self::b ...`` and nothing else,
-        or None. Consumes nothing."""
+    def self_disjunction(self, offset: int) -> tuple[str, ...] | None:
+        """The names of a predicate starting ``offset`` tokens ahead that is ``self::a or self::b ...`` and nothing
+        else, or None. Consumes nothing."""
         names = []
         while True:
-            kind, value = self.toks[at] if at < len(self.toks) else (None, None)
+            kind, value = self.peek(offset)
             if kind != "self":
                 return None
             names.append(value[len("self::"):])
-            nxt = self.toks[at + 1] if at + 1 < len(self.toks) else (None, None)
+            nxt = self.peek(offset + 1)
             if nxt == ("op", "]"):
                 return tuple(names)
             if nxt != ("name", "or"):
                 return None
-            at += 2
+            offset += 2
 
     def or_expr(self) -> str:
         parts = [self.and_expr()]
