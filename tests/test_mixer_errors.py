@@ -146,3 +146,37 @@ def test_verify_detects_corrupted_shard(small_source, tmp_path):
         verify_mix(out)
     bad = CliRunner().invoke(mix_cmd, [str(out), "--verify"])
     assert bad.exit_code == 2 and "sha256 differs" in bad.output
+
+
+@pytest.mark.parametrize("weights", [[1e308, 1e308], [1e300, 1e-300]], ids=["sum_overflows", "share_vanishes"])
+def test_normalized_weights_that_overflow_or_vanish_are_refused_before_any_folder(small_source, tmp_path, weights):
+    from click.testing import CliRunner
+
+    from cuvee.cli import main
+
+    cfg = _cfg(small_source, normalize_weights=True)
+    for s, w in zip(cfg["sources"], weights):
+        s["weight"] = w
+    with pytest.raises(MixConfigError, match=r"source weight"):
+        run_mix(cfg, out_dir=tmp_path / "o")
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    res = CliRunner().invoke(main, ["mix", str(path), "--out", str(tmp_path / "o")])
+    assert res.exit_code != 0 and len(res.output.strip().splitlines()) == 1, res.output
+    assert "source weight" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("name", ["..", ".", ".hidden", "", "/abs", "a/b", "a\\b", "../x"])
+@pytest.mark.parametrize("where", ["mix", "source"])
+def test_names_that_are_not_plain_file_names_are_refused(small_source, tmp_path, monkeypatch, name, where):
+    monkeypatch.chdir(tmp_path)
+    cfg = _cfg(small_source)
+    if where == "mix":
+        cfg["name"] = name
+    else:
+        cfg["sources"][0]["name"] = name
+    with pytest.raises(MixConfigError, match=r"name") as e:
+        run_mix(cfg)
+    assert len(str(e.value).splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src.jsonl.gz"]

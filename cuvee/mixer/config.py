@@ -18,6 +18,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from cuvee.mixer.tokenizers import TokenizerSpec
 
 OPERATORS = ("==", "!=", ">", ">=", "<", "<=", "in", "not_in", "exists")
+NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
+
+
+def _plain_name(v: str) -> str:
+    """A name that becomes a file or folder name (``out/mix/<name>``, ``<name>_00000.bin``): no ``.``/``..``,
+    no hidden names, nothing that could step out of the folder it is joined to."""
+    if v.startswith("."):
+        raise ValueError(f"name {v!r} must not start with '.' (it names files and the output folder)")
+    return v
 
 
 class MixConfigError(ValueError):
@@ -27,13 +36,15 @@ class MixConfigError(ValueError):
 class SourceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(..., pattern=NAME_PATTERN)
     paths: list[str] = Field(..., min_length=1, description="files, folders or globs of pipeline outputs")
     weight: float = Field(..., description="share of the target, in tokens")
     max_epochs: float = Field(1.0, gt=0, description="how often the source may be repeated to meet its weight")
     where: dict[str, Any] = Field(default_factory=dict, description="metadata conditions, all must hold")
     text_key: str = Field("text", description="field holding the text (e.g. main_content)")
     min_chars: int = Field(1, ge=0, description="documents with fewer characters are counted and skipped")
+
+    _name = field_validator("name")(_plain_name)
 
     @field_validator("paths", mode="before")
     @classmethod
@@ -64,7 +75,7 @@ class SourceConfig(BaseModel):
 class MixConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(..., pattern=NAME_PATTERN)
     target_tokens: int = Field(..., gt=0)
     seed: int = 1234
     tokenizer: TokenizerSpec
@@ -75,6 +86,8 @@ class MixConfig(BaseModel):
     batch_size: int = Field(512, gt=0, description="documents per tokenizer batch")
     threads: int | None = Field(None, gt=0, description="tokenizer threads (default: all cores)")
     description: str = ""
+
+    _name = field_validator("name")(_plain_name)
 
     @field_validator("tokenizer", mode="before")
     @classmethod
@@ -88,8 +101,15 @@ class MixConfig(BaseModel):
         if dupes:
             raise ValueError(f"duplicate source names {dupes}")
         total = sum(s.weight for s in self.sources)
+        detail = ", ".join(f"{s.name}={s.weight:g}" for s in self.sources)
+        if not math.isfinite(total):
+            raise ValueError(f"source weights sum to {total:g} ({detail}); use weights of ordinary size, "
+                             f"e.g. shares that sum to 1")
+        vanishing = [s.name for s in self.sources if s.weight / total == 0.0]
+        if vanishing:
+            raise ValueError(f"source weight(s) of {vanishing} are too small beside the others to get any share "
+                             f"({detail})")
         if not self.normalize_weights and abs(total - 1.0) > 1e-6:
-            detail = ", ".join(f"{s.name}={s.weight:g}" for s in self.sources)
             raise ValueError(
                 f"source weights must sum to 1 (got {total:.6g}: {detail}); fix them or set normalize_weights: true"
             )
@@ -105,17 +125,22 @@ class MixConfig(BaseModel):
 
 
 def _format_error(err: ValidationError, origin: str) -> str:
-    lines = [f"invalid mix config {origin}:"]
+    """One line for one problem, else a header and a line per problem."""
+    lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown key (typo?)"
-        lines.append(f"  {loc}: {msg}")
-    return "\n".join(lines)
+        elif e["type"] == "string_pattern_mismatch":
+            msg = f"{e['input']!r}: use only letters, digits, '_', '.' and '-' (it names files and folders)"
+        lines.append(f"{loc}: {msg}")
+    if len(lines) == 1:
+        return f"invalid mix config {origin}: {lines[0]}"
+    return "\n  ".join([f"invalid mix config {origin}:", *lines])
 
 
-def load_mix_config(config: "str | Path | dict | MixConfig") -> MixConfig:
+def load_mix_config(config: str | Path | dict | MixConfig) -> MixConfig:
     """Parse and validate a mix config from a YAML path, a dict or an existing MixConfig."""
     if isinstance(config, MixConfig):
         return config
