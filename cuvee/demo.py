@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import click
-import yaml
+
+from cuvee.yaml_safe import load_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,7 +38,7 @@ def run_demo(run_dir: str = "runs/demo", skip_mix: bool = False) -> Path:
         from cuvee.mixer.mix import run_mix
 
         click.secho("2/3 mix: mixes/demo.yaml -> Megatron .bin/.idx shards", bold=True)
-        cfg = yaml.safe_load(_locate("mixes/demo.yaml").read_text())
+        cfg = load_yaml(_locate("mixes/demo.yaml").read_text(), "mixes/demo.yaml")
         cfg["sources"][0]["paths"] = str(Path(run_dir) / "output")  # the pipeline output just written
         manifest_dict = run_mix(cfg, out_dir=str(Path(run_dir) / "mix"), overwrite=True)
         click.echo(format_plan(manifest_dict))

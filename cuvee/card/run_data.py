@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from cuvee.pipeline.stats import counter_value
+from cuvee.yaml_safe import YamlLoadError, load_yaml
 
 log = logging.getLogger(__name__)
 
@@ -217,9 +216,11 @@ def load_run(run_dir: str | Path, manifest: str | Path | None = None) -> RunData
         recipe_source = rp.read_text()
         if not recipe:
             try:
-                recipe = yaml.safe_load(recipe_source) or {}
-            except yaml.YAMLError as e:
-                notes.append(f"recipe.yaml could not be parsed: {e}")
+                loaded = load_yaml(recipe_source, "recipe.yaml")
+            except YamlLoadError as e:
+                loaded = None
+                notes.append(f"recipe.yaml could not be used: {e}")
+            recipe = loaded if isinstance(loaded, dict) else {}
 
     stages = [_stage_from_json(s) for s in stats.get("stages") or [] if isinstance(s, dict)]
     files, root = _find_output_files(run_dir, stats, recipe)
