@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
+from pathlib import Path
+
 import click
+from pydantic import ValidationError
+
+from cuvee.pipeline.registry import get_stage
 
 
 @click.group("dedup")
@@ -23,43 +29,109 @@ def scurve(bands: int, rows: int):
         click.echo(f"  s={s:.2f}  P(candidate)={float(cfg.detection_probability(s)):.4f}")
 
 
+def _input_files(inputs: tuple[str, ...]) -> list[str]:
+    """The files INPUTS name (files, folders, globs), sorted, or a one-line error."""
+    from cuvee.pipeline.io import expand_paths
+
+    try:
+        return expand_paths(list(inputs))
+    except (OSError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _param_errors(stage: str, err: ValidationError) -> str:
+    """One line per bad ``-p`` parameter, with a suggestion for a misspelled name."""
+    fields = list(get_stage(stage).params.model_fields)
+    parts = []
+    for e in err.errors():
+        key = ".".join(str(x) for x in e["loc"]) or "(parameters)"
+        if e["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(key, fields, n=1)
+            parts.append(f"unknown parameter {key!r}" + (f" (did you mean {close[0]!r}?)" if close else
+                                                          f"; {stage} takes {', '.join(fields)}"))
+        else:
+            parts.append(f"{key}: {e['msg'].removeprefix('Value error, ')}")
+    return f"{stage}: " + "; ".join(parts)
+
+
+def dedup_binding(stage: str, params: dict, files: list[str], tasks: int) -> dict:
+    """What decides a dedup work folder's output: stage, validated parameters, task count, input files.
+
+    Input files are bound by path, size and modification time, so a rerun on other or changed input is
+    refused instead of returning the first input's finished output.
+    """
+    inputs = {}
+    for f in files:
+        st = Path(f).stat()
+        inputs[str(Path(f).resolve())] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"stage": stage, "params": params, "tasks": tasks, "inputs": inputs}
+
+
+def _readers(files: list[str]) -> list:
+    from datatrove.pipeline.readers import JsonlReader, ParquetReader
+
+    readers = []
+    for f in files:
+        p = Path(f)
+        cls = ParquetReader if f.endswith(".parquet") else JsonlReader
+        readers.append(cls(str(p.parent), glob_pattern=p.name))
+    return readers
+
+
 @dedup_cli.command("run")
 @click.argument("stage", type=click.Choice(["url_dedup", "exact_dedup", "line_dedup", "minhash_dedup"]))
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--work-dir", "-w", required=True, help="work folder; dedup output lands in <work-dir>/output")
-@click.option("--tasks", default=1, show_default=True)
-@click.option("--workers", default=1, show_default=True)
+@click.option("--tasks", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--param", "-p", multiple=True, help="stage parameter key=value (YAML value), e.g. -p num_bands=20")
-def run(stage: str, inputs: tuple[str], work_dir: str, tasks: int, workers: int, param: tuple[str]):
-    """Dedup datatrove-format JSONL/Parquet files (INPUTS: files, folders or globs) with one stage."""
-    from pathlib import Path
+@click.option("--fresh", is_flag=True, help="empty the work folder first instead of resuming (only a folder cuvee created)")
+def run(stage: str, inputs: tuple[str], work_dir: str, tasks: int, workers: int, param: tuple[str], fresh: bool):
+    """Dedup datatrove-format JSONL/Parquet files (INPUTS: files, folders or globs) with one stage.
 
-    import yaml
-
+    The work folder is cuvee's own: claimed (marker), locked while the stage runs and bound to the stage,
+    its parameters, the task count and the input files (paths, sizes, mtimes). A rerun with the same plan
+    resumes; another plan is refused before any work (use --fresh or another -w). A folder holding files
+    cuvee did not create is never written into.
+    """
     from cuvee.dedup.local_run import build, executors, merged_counters
-    from cuvee.pipeline.io import expand_paths
+    from cuvee.folders import (
+        FolderError,
+        bind,
+        claim,
+        clean_stale_tmp,
+        empty_owned,
+        locked,
+    )
+    from cuvee.yaml_safe import load_yaml
 
     params = {}
     for kv in param:
         if "=" not in kv:
             raise click.BadParameter(f"{kv!r}: expected key=value", param_hint="--param")
         k, v = kv.split("=", 1)
-        params[k] = yaml.safe_load(v)
-    files = expand_paths(list(inputs))
-    by_fmt = {"parquet": [f for f in files if f.endswith(".parquet")]}
-    by_fmt["jsonl"] = [f for f in files if f not in by_fmt["parquet"]]
-    from datatrove.pipeline.readers import JsonlReader, ParquetReader
-
-    readers = []
-    for fmt, fs in by_fmt.items():
-        for f in fs:
-            p = Path(f)
-            readers.append((ParquetReader if fmt == "parquet" else JsonlReader)(str(p.parent), glob_pattern=p.name))
+        params[k] = load_yaml(v, f"--param {k}")
+    files = _input_files(inputs)
+    work = Path(work_dir)
     try:
-        barrier = build(stage, params, Path(work_dir), tasks)
-    except Exception as e:  # pydantic / index errors: say which parameter
+        resolved = get_stage(stage).params.model_validate(params).model_dump(mode="json")
+        barrier = build(stage, params, work, tasks)
+    except ValidationError as e:
+        raise click.ClickException(_param_errors(stage, e)) from None
+    except (ValueError, TypeError, LookupError) as e:  # a builder refusing its settings
+        raise click.ClickException(" ".join(str(e).split())) from None
+    binding = dedup_binding(stage, resolved, files, tasks)
+    what = "dedup work folder"
+    try:
+        claim(work, "dedup", what=what)
+        with locked(work, what):
+            if fresh:
+                empty_owned(work, "dedup", what=what)
+            bind(work, binding, what=what, fresh_hint="--fresh")
+            clean_stale_tmp(work)
+            executors(barrier, _readers(files), work, tasks, workers)[-1].run()
+    except FolderError as e:
         raise click.ClickException(str(e)) from None
-    executors(barrier, readers, Path(work_dir), tasks, workers)[-1].run()
-    for job, steps in merged_counters(Path(work_dir)).items():
+    for job, steps in merged_counters(work).items():
         for name, counters in steps.items():
             click.echo(f"{job:>18} {name}: {counters}")

@@ -1,0 +1,122 @@
+"""`cuvee dedup run`: the work folder is claimed, locked and bound to stage, parameters, tasks and inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cuvee.cli import main
+from cuvee.folders import MARKER, PLAN, locked
+
+from _dedup_helpers import quiet
+
+
+def _write(path: Path, texts: list[str]) -> Path:
+    with open(path, "w") as f:
+        for i, t in enumerate(texts):
+            f.write(json.dumps({"id": f"{path.stem}-{i}", "text": t}) + "\n")
+    return path
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    quiet()
+    a = _write(tmp_path / "a.jsonl", ["alpha one two three", "alpha one two three", "beta four five"])
+    b = _write(tmp_path / "b.jsonl", ["gamma six seven", "delta eight nine", "delta eight nine"])
+    return a, b
+
+
+def _dedup(*args: str):
+    res = CliRunner().invoke(main, ["dedup", "run", *args])
+    quiet()
+    return res
+
+
+def _kept(work: Path) -> list[str]:
+    return [json.loads(line)["id"] for f in sorted((work / "output").glob("*.jsonl")) for line in open(f)]
+
+
+def test_other_input_in_same_folder_is_refused(tmp_path, inputs):
+    a, b = inputs
+    work = tmp_path / "w"
+    assert _dedup("exact_dedup", str(a), "-w", str(work)).exit_code == 0
+    assert _kept(work) == ["a-0", "a-2"]
+    assert (work / MARKER).exists() and (work / PLAN).exists()
+    res = _dedup("exact_dedup", str(b), "-w", str(work))
+    assert res.exit_code != 0
+    assert "different plan" in res.output and "b.jsonl" in res.output and "Traceback" not in res.output
+    assert _kept(work) == ["a-0", "a-2"]  # nothing rewritten
+
+
+def test_same_plan_resumes_and_fresh_replaces(tmp_path, inputs):
+    a, b = inputs
+    work = tmp_path / "w"
+    assert _dedup("exact_dedup", str(a), "-w", str(work)).exit_code == 0
+    assert _dedup("exact_dedup", str(a), "-w", str(work)).exit_code == 0
+    assert _kept(work) == ["a-0", "a-2"]
+    res = _dedup("exact_dedup", str(b), "-w", str(work), "--fresh")
+    assert res.exit_code == 0, res.output
+    assert _kept(work) == ["b-0", "b-1"]
+    assert _dedup("exact_dedup", str(b), "-w", str(work)).exit_code == 0  # the new plan is the bound one
+
+
+@pytest.mark.parametrize("change", [["-p", "min_words=2"], ["--tasks", "2"]], ids=["params", "tasks"])
+def test_changed_params_or_tasks_are_refused(tmp_path, inputs, change):
+    a, _ = inputs
+    work = tmp_path / "w"
+    assert _dedup("line_dedup", str(a), "-w", str(work)).exit_code == 0
+    res = _dedup("line_dedup", str(a), "-w", str(work), *change)
+    assert res.exit_code != 0
+    assert ("params.min_words" if change[0] == "-p" else "tasks") in res.output
+
+
+def test_input_rewritten_at_same_size_is_refused(tmp_path, inputs):
+    a, _ = inputs
+    work = tmp_path / "w"
+    assert _dedup("exact_dedup", str(a), "-w", str(work)).exit_code == 0
+    st = a.stat()
+    _write(a, ["ALPHA one two three", "alpha one two three", "beta four five"])  # same size
+    os.utime(a, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert a.stat().st_size == st.st_size
+    res = _dedup("exact_dedup", str(a), "-w", str(work))
+    assert res.exit_code != 0 and "mtime_ns" in res.output
+
+
+def test_user_folder_is_never_written(tmp_path, inputs):
+    a, _ = inputs
+    work = tmp_path / "mine"
+    (work / "output").mkdir(parents=True)
+    (work / "output" / "00000.jsonl").write_text("my own file\n")
+    res = _dedup("exact_dedup", str(a), "-w", str(work))
+    assert res.exit_code != 0 and "did not create" in res.output
+    assert (work / "output" / "00000.jsonl").read_text() == "my own file\n"
+    assert sorted(p.relative_to(work).as_posix() for p in work.rglob("*")) == ["output", "output/00000.jsonl"]
+    user_file = tmp_path / "file"
+    user_file.write_text("x")
+    assert _dedup("exact_dedup", str(a), "-w", str(user_file)).exit_code != 0
+    assert user_file.read_text() == "x"
+
+
+def test_busy_folder_is_refused(tmp_path, inputs):
+    a, _ = inputs
+    work = tmp_path / "w"
+    assert _dedup("exact_dedup", str(a), "-w", str(work)).exit_code == 0
+    with locked(work):
+        res = _dedup("exact_dedup", str(a), "-w", str(work))
+    assert res.exit_code != 0 and "in use" in res.output
+
+
+def test_bad_parameter_is_one_line_before_any_folder(tmp_path, inputs):
+    a, _ = inputs
+    work = tmp_path / "w"
+    res = _dedup("minhash_dedup", str(a), "-w", str(work), "-p", "num_band=4")
+    assert res.exit_code != 0
+    assert res.output.strip().splitlines() == ["Error: minhash_dedup: unknown parameter 'num_band' "
+                                               "(did you mean 'num_bands'?)"]
+    res = _dedup("exact_dedup", str(tmp_path / "missing.jsonl"), "-w", str(work))
+    assert res.exit_code != 0 and len(res.output.strip().splitlines()) == 1
+    assert not work.exists()
