@@ -36,7 +36,7 @@ def input_files(recipe: Recipe) -> list[dict[str, Any]]:
     A ``common_crawl`` input is one entry: the sampled URLs (sizes not fetched: Common Crawl objects are
     immutable and a HEAD per file would cost more than it proves), with the listing and its hash.
     """
-    from cuvee.pipeline.readers import plan_input_files
+    from cuvee.pipeline.readers.listing import plan_input_files
 
     cc = recipe.input.common_crawl
     if cc is not None:
