@@ -7,18 +7,15 @@ import os
 from pathlib import Path
 
 import pytest
+from _dedup_helpers import quiet
 from click.testing import CliRunner
 
 from cuvee.cli import main
 from cuvee.folders import MARKER, PLAN, locked
 
-from _dedup_helpers import quiet
-
 
 def _write(path: Path, texts: list[str]) -> Path:
-    with open(path, "w") as f:
-        for i, t in enumerate(texts):
-            f.write(json.dumps({"id": f"{path.stem}-{i}", "text": t}) + "\n")
+    path.write_text("".join(json.dumps({"id": f"{path.stem}-{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
     return path
 
 
@@ -115,8 +112,8 @@ def test_bad_parameter_is_one_line_before_any_folder(tmp_path, inputs):
     work = tmp_path / "w"
     res = _dedup("minhash_dedup", str(a), "-w", str(work), "-p", "num_band=4")
     assert res.exit_code != 0
-    assert res.output.strip().splitlines() == ["Error: minhash_dedup: unknown parameter 'num_band' "
-                                               "(did you mean 'num_bands'?)"]
+    want = "Error: minhash_dedup: unknown parameter 'num_band' (did you mean 'num_bands'?)"
+    assert res.output.strip().splitlines() == [want]
     res = _dedup("exact_dedup", str(tmp_path / "missing.jsonl"), "-w", str(work))
     assert res.exit_code != 0 and len(res.output.strip().splitlines()) == 1
     assert not work.exists()

@@ -23,26 +23,28 @@ from dataclasses import dataclass
 import numpy as np
 import xxhash
 
+from cuvee.dedup.splitmix import mix64
 from cuvee.dedup.text import words
-
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-
-
-def mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser: spreads every input bit over the whole 64-bit output."""
-    with np.errstate(over="ignore"):
-        x = x ^ (x >> np.uint64(30))
-        x = x * _M1
-        x = x ^ (x >> np.uint64(27))
-        x = x * _M2
-        return x ^ (x >> np.uint64(31))
 
 
 def word_hashes(text: str) -> np.ndarray:
     ws = words(text)
     h = xxhash.xxh3_64_intdigest
     return np.fromiter((h(w) for w in ws), dtype=np.uint64, count=len(ws))
+
+
+def ngram_hashes(items: np.ndarray, gram_mult: np.ndarray) -> np.ndarray:
+    """64-bit hashes of every window of ``len(gram_mult)`` consecutive uint64 items (word hashes, token ids):
+    mix(sum_j items[i+j] * gram_mult[j] + n); empty when there are fewer items than that."""
+    n = len(gram_mult)
+    k = len(items) - n + 1
+    if k <= 0:
+        return np.empty(0, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        acc = items[:k] * gram_mult[0]
+        for j in range(1, n):
+            acc = acc + items[j:j + k] * gram_mult[j]
+    return mix64(acc + np.uint64(n))
 
 
 @dataclass(frozen=True)
@@ -99,14 +101,7 @@ class MinHasher:
         n = self.config.n_grams
         if len(w) == 0:
             return w
-        if len(w) < n:
-            n = len(w)
-        k = len(w) - n + 1
-        with np.errstate(over="ignore"):
-            acc = w[:k] * self.gram_mult[0]
-            for j in range(1, n):
-                acc = acc + w[j:j + k] * self.gram_mult[j]
-        return mix64(acc + np.uint64(n))
+        return ngram_hashes(w, self.gram_mult[:min(n, len(w))])
 
     def signatures(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(signatures [n, num_perm] uint32, has_shingles [n] bool); rows without shingles are all 0xFFFFFFFF."""
@@ -159,3 +154,36 @@ class MinHasher:
         probe = "the quick brown fox jumps over the lazy dog " * 3 + "0123456789 déjà vu"
         sig, _ = self.signatures([probe])
         return hashlib.sha256(sig.tobytes() + repr(self.config).encode()).hexdigest()[:16]
+
+
+# ---- token ids: the same hash family over integer sequences (used by training-set decontamination) --------
+def token_shingles(tokens: np.ndarray, hasher: MinHasher) -> np.ndarray:
+    """Sorted unique shingle hashes of the ``n_grams``-token windows of ``tokens``; empty if it is shorter."""
+    t = np.asarray(tokens).astype(np.uint64)
+    return np.unique(ngram_hashes(t, hasher.gram_mult))
+
+
+def token_signatures(docs: list[np.ndarray], hasher: MinHasher, use_numba: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(uint32 signatures [n, num_perm], has_shingles [n]) of token-id documents, from ``token_shingles``.
+
+    ``use_numba`` runs the compiled kernel (``cuvee.dedup.native.token_minhash``); the numpy path gives the
+    same values (min of top 32 bits == top 32 bits of min) and is used when numba is missing."""
+    if hasher.config.backend == "rensa":
+        raise ValueError("token signatures use the a_i x + b_i hash family: build the hasher with backend "
+                         "'numpy' or 'numba', not 'rensa'")
+    native = None
+    if use_numba:
+        try:
+            native = _native()
+        except ImportError:
+            native = None
+    if native is None:
+        return hasher.signatures_from_shingles([token_shingles(d, hasher) for d in docs])
+    sizes = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
+    offsets = np.zeros(len(docs) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    flat = np.concatenate([np.asarray(d) for d in docs]).astype(np.uint64) if len(docs) else np.empty(0, np.uint64)
+    sigs = np.full((len(docs), hasher.config.num_perm), 0xFFFFFFFF, dtype=np.uint32)
+    has = np.zeros(len(docs), dtype=np.bool_)
+    native.token_minhash(flat, offsets, hasher.gram_mult, hasher.a, hasher.b, sigs, has)
+    return sigs, has

@@ -20,6 +20,7 @@ import numba as nb
 import numpy as np
 
 from cuvee.dedup.native_exact import lower_table
+from cuvee.dedup.splitmix import finalise
 
 FNV_OFFSET = 0xCBF29CE484222325
 FNV_PRIME = 0x100000001B3
@@ -54,19 +55,10 @@ def code_points(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 
 # constants as uint64 scalars: numba would promote a mix of int64 and uint64 to float64
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31, _S32 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(32)
+_S32 = np.uint64(32)
 _FNV_OFFSET, _FNV_PRIME = np.uint64(FNV_OFFSET), np.uint64(FNV_PRIME)
 
-
-@nb.njit(cache=True, inline="always")
-def mix(x):
-    x = x ^ (x >> _S30)
-    x = x * _M1
-    x = x ^ (x >> _S27)
-    x = x * _M2
-    return x ^ (x >> _S31)
+mix = nb.njit(cache=True, inline="always")(finalise)  # splitmix64's finaliser, compiled from its one definition
 
 
 @nb.njit(cache=True, nogil=True)
@@ -92,6 +84,22 @@ def word_hashes_of(cps, lo, hi, is_word, out):
     return nw
 
 
+@nb.njit(cache=True, inline="always")
+def shingle_minimums(items, count, n, gram_mult, a, b, mins):
+    """mins[p] = top 32 bits of min(a_p * s + b_p) over the n-item shingles s of items[:count] (n <= count).
+
+    A shingle is mix(sum_j items[i+j] * gram_mult[j] + n): ``MinHasher.shingles``'s combination, compiled."""
+    mins[:] = 0xFFFFFFFF
+    for i in range(count - n + 1):
+        acc = np.uint64(0)
+        for j in range(n):
+            acc += items[i + j] * gram_mult[j]
+        x = mix(acc + np.uint64(n))
+        # the top 32 bits are monotone: min(top32(v)) == top32(min(v)), and 32-bit minimums vectorise
+        for p in range(a.shape[0]):
+            mins[p] = min(mins[p], np.uint32((a[p] * x + b[p]) >> _S32))
+
+
 @nb.njit(cache=True, nogil=True)
 def minhash_batch(cps, offsets, is_word, gram_mult, a, b, sigs, has):
     """sigs[d] = top 32 bits of min_i(a_i * shingle + b_i) over document d's shingles."""
@@ -109,16 +117,22 @@ def minhash_batch(cps, offsets, is_word, gram_mult, a, b, sigs, has):
             has[d] = False
             continue
         has[d] = True
-        n = min(n_max, nw)
-        mins[:] = 0xFFFFFFFF
-        for i in range(nw - n + 1):
-            acc = np.uint64(0)
-            for j in range(n):
-                acc += words[i + j] * gram_mult[j]
-            x = mix(acc + np.uint64(n))
-            # the top 32 bits are monotone: min(top32(v)) == top32(min(v)), and 32-bit minimums vectorise
-            for p in range(k):
-                mins[p] = min(mins[p], np.uint32((a[p] * x + b[p]) >> _S32))
+        shingle_minimums(words, nw, min(n_max, nw), gram_mult, a, b, mins)
+        sigs[d, :] = mins
+
+
+@nb.njit(cache=True, nogil=True)
+def token_minhash(flat, offsets, gram_mult, a, b, sigs, has):
+    """sigs[d] = the signature of document d's shingles of exactly n token ids; shorter documents have none."""
+    n = gram_mult.shape[0]
+    mins = np.empty(a.shape[0], dtype=np.uint32)
+    for d in range(offsets.shape[0] - 1):
+        lo, hi = offsets[d], offsets[d + 1]
+        if hi - lo < n:
+            has[d] = False
+            continue
+        has[d] = True
+        shingle_minimums(flat[lo:hi], hi - lo, n, gram_mult, a, b, mins)
         sigs[d, :] = mins
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from cuvee.dedup.native import _FNV_OFFSET, _FNV_PRIME, MAX_CODE_POINT, mix, word_char_table
 from cuvee.dedup.native_exact import decode_utf8, lower_table
+from cuvee.dedup.splitmix import mix64_int
 
 # per code point: bit 0 \w, bit 1 \d (Python's re, str patterns). Everything else separates words: re's \s is
 # exactly str.isspace() (both are Py_UNICODE_ISSPACE; a test checks), so punctuation turned into a space and
@@ -184,9 +185,4 @@ def reference_line_hash(normalised: str) -> int:
     h = int(_FNV_OFFSET)
     for ch in normalised:
         h = ((h ^ ord(ch)) * int(_FNV_PRIME)) & 0xFFFFFFFFFFFFFFFF
-    x = h
-    x ^= x >> 30
-    x = (x * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    x ^= x >> 27
-    x = (x * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    return (x ^ (x >> 31)) | 1
+    return mix64_int(h) | 1

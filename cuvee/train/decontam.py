@@ -53,7 +53,9 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from cuvee.dedup.minhash import MinHashConfig, MinHasher, mix64
+from cuvee.dedup.minhash import MinHashConfig, MinHasher
+from cuvee.dedup.minhash import token_shingles as shingles
+from cuvee.dedup.minhash import token_signatures as signatures
 from cuvee.train.shards import ShardSet, open_shards
 
 MAX_MISS = 1e-3  # LSH miss probability allowed at exactly the threshold (verification removes false positives)
@@ -75,77 +77,13 @@ def _hasher(ngram: int, threshold: float, num_perm: int, seed: int) -> MinHasher
     return MinHasher(MinHashConfig(n_grams=ngram, num_bands=bands, rows_per_band=rows, seed=seed, backend="numpy"))
 
 
-# ---- hashing ----------------------------------------------------------------------------------------------
-def shingles(tokens: np.ndarray, hasher: MinHasher) -> np.ndarray:
-    """Sorted unique 64-bit hashes of the ``ngram``-token windows (empty when the document is shorter)."""
-    n = hasher.config.n_grams
-    t = np.asarray(tokens).astype(np.uint64)
-    k = t.size - n + 1
-    if k <= 0:
-        return np.empty(0, dtype=np.uint64)
-    gm = hasher.gram_mult
-    with np.errstate(over="ignore"):
-        acc = t[:k] * gm[0]
-        for j in range(1, n):
-            acc = acc + t[j:j + k] * gm[j]
-    return np.unique(mix64(acc + np.uint64(n)))
-
-
+# ---- hashing (cuvee.dedup.minhash's token API: shingles, signatures) -----------------------------------
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:
     """Jaccard similarity of two sorted unique shingle arrays."""
     if not a.size or not b.size:
         return 0.0
     inter = np.intersect1d(a, b, assume_unique=True).size
     return inter / (a.size + b.size - inter)
-
-
-try:  # numba is a cuvee dependency; the numpy path below gives identical signatures without it
-    import numba as _nb
-
-    from cuvee.dedup.native import _S32, mix as _mix
-except ImportError:  # pragma: no cover
-    _nb = None
-
-if _nb is not None:
-    @_nb.njit(cache=True, nogil=True)
-    def _token_minhash(flat, offsets, gram_mult, a, b, sigs, has):
-        """sigs[d] = top 32 bits of min_i(a_i * shingle + b_i) over document d's n-token shingles."""
-        n = gram_mult.shape[0]
-        k = a.shape[0]
-        mins = np.empty(k, dtype=np.uint32)
-        for d in range(offsets.shape[0] - 1):
-            lo, hi = offsets[d], offsets[d + 1]
-            if hi - lo < n:
-                has[d] = False
-                continue
-            has[d] = True
-            mins[:] = 0xFFFFFFFF
-            for i in range(lo, hi - n + 1):
-                acc = np.uint64(0)
-                for j in range(n):
-                    acc += flat[i + j] * gram_mult[j]
-                x = _mix(acc + np.uint64(n))
-                for p in range(k):
-                    mins[p] = min(mins[p], np.uint32((a[p] * x + b[p]) >> _S32))
-            sigs[d, :] = mins
-else:  # pragma: no cover
-    _token_minhash = None
-
-
-def signatures(docs: list[np.ndarray], hasher: MinHasher, use_numba: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """(uint32 MinHash signatures [n, bands*rows], has_shingles [n]) of token-id documents."""
-    n_perm = hasher.config.num_perm
-    kernel = _token_minhash if use_numba else None
-    if kernel is None:  # numpy path: identical values (min of top 32 bits == top 32 bits of min)
-        return hasher.signatures_from_shingles([shingles(d, hasher) for d in docs])
-    sizes = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
-    offsets = np.zeros(len(docs) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    flat = np.concatenate([np.asarray(d) for d in docs]).astype(np.uint64) if len(docs) else np.empty(0, np.uint64)
-    sigs = np.full((len(docs), n_perm), 0xFFFFFFFF, dtype=np.uint32)
-    has = np.zeros(len(docs), dtype=np.bool_)
-    kernel(flat, offsets, hasher.gram_mult, hasher.a, hasher.b, sigs, has)
-    return sigs, has
 
 
 def _exact_key(tokens: np.ndarray) -> int:
