@@ -19,9 +19,11 @@ class _PlannedReaderMixin(ShardLoop):
 
     Also stops *before* pulling a document past ``limit`` (datatrove's pulls one more), and counts a file that
     cannot be opened or read as ``files_failed`` (logged) instead of ending the task. A record that is read
-    but gives no document (a JSONL line that is not JSON, a record without text) is counted as read and
-    dropped (``dropped_invalid_json``, ``dropped_no_text``); datatrove skips those with a log line only, and the
-    run's accounting could not balance.
+    but gives no document is counted as read and dropped: a JSONL line that is not JSON (``dropped_invalid_json``),
+    a record without text (``dropped_no_text``), one whose text is not a string (``dropped_text_not_string``: a
+    list, mapping, number or bytes would reach the writers as non-string text) or whose id is neither a string nor an integer
+    (``dropped_malformed_id``: the writers would print a list as its Python repr); the rest of the file is read.
+    datatrove skips the first two with a log line only and fails the whole file on the others.
     """
 
     def _drop(self, reason: str) -> None:  # as CommonCrawlReader._drop: a record read, and why it is not a document
@@ -56,18 +58,35 @@ class _PlannedReaderMixin(ShardLoop):
     def get_document_from_dict(self, data: dict, source_file: str, id_in_file: int | str):
         """datatrove's document with ``file_path`` in its metadata, the path resolved once per file instead of once
         per document (resolving cost ~12 us a document, a third of reading a JSONL line)."""
+        text = data.get(self.text_key)
+        if text is not None and not isinstance(text, str):
+            return self._reject("text_not_string", source_file, id_in_file,
+                                f"its {self.text_key!r} is a {type(text).__name__}, not a string")
+        doc_id = data.get(self.id_key)
+        if doc_id is not None and not (isinstance(doc_id, str) or _is_int(doc_id)):  # null: datatrove's null id
+            return self._reject("malformed_id", source_file, id_in_file,
+                                f"its {self.id_key!r} is a {type(doc_id).__name__}, not a string or an integer")
         document = self._plain_document(data, source_file, id_in_file)
         if document is None:
             document = BaseReader.get_document_from_dict(self, data, source_file, id_in_file)
         if not document:
             self._drop("no_text")
             return document
+        if not isinstance(document.text, str):  # a custom adapter's text
+            return self._reject("text_not_string", source_file, id_in_file,
+                                f"its text is a {type(document.text).__name__}, not a string")
         if self.add_file_path:
             cached = getattr(self, "_resolved_file", None)
             if cached is None or cached[0] != source_file:
                 cached = self._resolved_file = (source_file, self.data_folder.resolve_paths(source_file))
             document.metadata.setdefault("file_path", cached[1])
         return document
+
+    def _reject(self, reason: str, source_file: str, id_in_file: int | str, why: str) -> None:
+        """Count a record read that cannot be a document; the first few of each reason are logged."""
+        self._drop(reason)
+        if self.stats.stats[f"dropped_{reason}"].total <= 5:
+            logger.warning(f"{source_file}: record {id_in_file} dropped as {reason}: {why}")
 
     def _plain_document(self, data: dict, source_file: str, id_in_file: int | str) -> Document | None:
         """The common record (datatrove's default adapter, text present, ``metadata`` absent or a mapping, no
@@ -89,6 +108,8 @@ class _PlannedReaderMixin(ShardLoop):
 
 
 _NO_METADATA = object()
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 class PlannedJsonlReader(_PlannedReaderMixin, JsonlReader):
