@@ -221,6 +221,25 @@ def test_cli_dry_run_and_real_run_print_targets(corpus, tmp_path):
         assert f"{s['realised_tokens']:,}" in real.output and f"{s['target_tokens']:,}" in real.output
 
 
+def test_summary_table_labels_available_and_drawn_documents_consistently(corpus, tmp_path):
+    """Each count column says whether it counts what a source holds or what the mix drew, and the total
+    line sums the same columns (it used to print available documents per source but drawn ones in total)."""
+    from cuvee.mixer.cli import format_plan
+
+    manifest = run_mix(_config(corpus, target_tokens=20_000), out_dir=tmp_path / "o")
+    group, head, _rule, *rows = format_plan(manifest).splitlines()
+    assert "tokens" in group and "documents" in group
+    assert head.split()[-2:] == ["available", "drawn"]
+    by_name = {r.split()[0]: r.split() for r in rows}
+    avail = drawn = 0
+    for s in manifest["sources"]:
+        cells = by_name[s["name"]]
+        assert [int(c.replace(",", "")) for c in cells[-2:]] == [s["documents"], s["documents_used"]]
+        avail, drawn = avail + s["documents"], drawn + s["documents_used"]
+    assert drawn == manifest["documents"] and drawn < avail  # a small target draws part of each source
+    assert f"documents: {avail:,} available, {drawn:,} drawn" in next(r for r in rows if r.startswith("total"))
+
+
 def test_demo_mix_runs_with_a_stand_in_pipeline_output(corpus, tmp_path):
     """mixes/demo.yaml as shipped, with runs/demo/output replaced by a small pipeline-format folder."""
     import yaml

@@ -18,28 +18,42 @@ def _fail(e: Exception) -> None:
     raise MixCliError(str(e)) from None
 
 
+def _n(v) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
 def format_plan(manifest: dict) -> str:
-    """The per-source table printed by ``cuvee mix``: target vs realised (or estimated) tokens and epochs."""
+    """The per-source table printed by ``cuvee mix``: target vs realised (or estimated) tokens and epochs.
+
+    Tokens and documents each come as "available" (what the source holds after its filters) and drawn
+    ("realised" tokens, "drawn" documents: repeats across epochs counted), so the totals add up column by column.
+    """
     dry = manifest.get("dry_run", False)
-    head = f"{'source':<16} {'weight':>7} {'target':>12} {'available':>13} {'realised':>12} {'share':>7} {'epochs':>7} {'max':>5} {'docs':>8}"
-    lines = [head, "-" * len(head)]
+    widths = (16, 7, 12, 13, 12, 7, 7, 5, 10, 10)
+    group = (f"{'':<{sum(widths[:2]) + 1}} {'tokens':-^{sum(widths[2:5]) + 2}} {'':<{sum(widths[5:8]) + 2}} "
+             f"{'documents':-^{sum(widths[8:]) + 1}}")
+    names = ("source", "weight", "target", "available", "realised", "share", "epochs", "max", "available", "drawn")
+    head = " ".join(f"{n:<{w}}" if i == 0 else f"{n:>{w}}" for i, (n, w) in enumerate(zip(names, widths)))
+    lines = [group.rstrip(), head, "-" * len(head)]
     total = manifest.get("total_tokens") or 0
     for s in manifest["sources"]:
-        realised = "-" if s["realised_tokens"] is None else f"{s['realised_tokens']:,}"
         share = "-" if not total else f"{s['realised_tokens'] / total:.2%}"
         avail = f"{'~' if s['available_tokens_estimated'] else ''}{s['available_tokens']:,}"
-        lines.append(
-            f"{s['name']:<16} {s['weight']:>7.4f} {s['target_tokens']:>12,} {avail:>13} {realised:>12} {share:>7} "
-            f"{s['epochs']:>7.3f} {s['max_epochs']:>5g} {s['documents']:>8,}"
-        )
+        cells = (s["name"], f"{s['weight']:.4f}", f"{s['target_tokens']:,}", avail, _n(s["realised_tokens"]), share,
+                 f"{s['epochs']:.3f}" if s["epochs"] is not None else "-", f"{s['max_epochs']:g}",
+                 _n(s["documents"]), _n(s.get("documents_used")))
+        lines.append(" ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(cells, widths))))
     tok = manifest["tokenizer"]
+    available_docs = sum(s["documents"] for s in manifest["sources"])
     if dry:
         lines.append(f"dry run: nothing tokenized (available tokens estimated from a chars/token sample); "
-                     f"would write {manifest['target_tokens']:,} tokens to {manifest['output_dir']}")
+                     f"would write {manifest['target_tokens']:,} tokens to {manifest['output_dir']}; "
+                     f"{available_docs:,} documents available")
     else:
         lines.append(
-            f"total {total:,} tokens (target {manifest['target_tokens']:,}) in {len(manifest['shards'])} shards, "
-            f"{manifest['documents']:,} documents, dtype {manifest['dtype']}"
+            f"total {total:,} tokens realised (target {manifest['target_tokens']:,}) in {len(manifest['shards'])} "
+            f"shards; documents: {available_docs:,} available, {manifest['documents']:,} drawn "
+            f"(repeats counted); dtype {manifest['dtype']}"
         )
     lines.append(f"tokenizer {tok['name']} (vocab {tok['vocab_size']:,}, eos {tok['eos_id']}), seed {manifest['seed']}")
     return "\n".join(lines)
