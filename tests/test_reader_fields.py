@@ -3,6 +3,7 @@ and no non-string text reaches a writer."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pyarrow as pa
@@ -72,6 +73,33 @@ def test_a_run_over_bad_texts_keeps_only_string_text_and_balances(tmp_path):
     table = pq.read_table(out)
     assert table.schema.field("text").type == pa.string()
     assert table.column("id").to_pylist() == [f"g{i}" for i in range(5)]
+
+
+MEDIA_OK = {"id": "m", "type": 0, "url": "http://x/img.png", "media_bytes": base64.b64encode(b"\x89PNG").decode()}
+
+
+@pytest.mark.parametrize("media", [
+    "not a list", {"id": "m"}, [1], [{"foo": 1}], [{"id": "m", "type": 0}],
+    [MEDIA_OK | {"type": "image"}], [MEDIA_OK | {"media_bytes": 12}], [MEDIA_OK | {"media_bytes": "not base64!"}],
+    [MEDIA_OK | {"offset": "3"}], [MEDIA_OK | {"metadata": [1]}],
+], ids=["str", "dict", "int-entry", "unknown-key", "no-url", "type-str", "bytes-int", "bytes-not-b64",
+        "offset-str", "metadata-list"])
+def test_one_malformed_media_field_drops_that_record_not_the_file(tmp_path, media):
+    rows = [{"id": f"d{i}", "text": f"document {i}"} for i in range(50)]
+    rows.insert(25, {"id": "bad", "text": "a text with odd media", "media": media})
+    write_jsonl(tmp_path / "in" / "x.jsonl", rows)
+    r = PlannedJsonlReader(str(tmp_path / "in"))
+    docs = list(r.run())
+    assert len(docs) == 50 and "bad" not in {d.id for d in docs}
+    c = counters(r)
+    assert c["dropped_malformed_media"] == 1 and c["total"] == 51 and c["files_read"] == 1
+
+
+def test_well_formed_media_is_still_read_with_its_bytes(tmp_path):
+    write_jsonl(tmp_path / "in" / "x.jsonl", [{"id": "a", "text": "with media", "media": [MEDIA_OK]},
+                                              {"id": "b", "text": "null media", "media": None}])
+    [a, b] = list(PlannedJsonlReader(str(tmp_path / "in")).run())
+    assert a.media[0].media_bytes == b"\x89PNG" and a.media[0].url == MEDIA_OK["url"] and b.media == []
 
 
 def test_an_id_that_is_neither_string_nor_integer_is_a_counted_drop(tmp_path):

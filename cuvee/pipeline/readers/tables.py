@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 
-from datatrove.data import Document, DocumentsPipeline
+from datatrove.data import Document, DocumentsPipeline, Media
 from datatrove.pipeline.readers import JsonlReader, ParquetReader
 from datatrove.pipeline.readers.base import BaseReader
 from datatrove.utils.logging import logger
@@ -21,10 +22,13 @@ class _PlannedReaderMixin(ShardLoop):
     cannot be opened or read as ``files_failed`` (logged) instead of ending the task. A record that is read
     but gives no document is counted as read and dropped: a JSONL line that is not JSON (``dropped_invalid_json``),
     a record without text (``dropped_no_text``), one whose text is not a string (``dropped_text_not_string``: a
-    list, mapping, number or bytes would reach the writers as non-string text) or whose id is neither a string nor an integer
+    list, mapping, number or bytes would reach the writers as non-string text) or whose ``media`` is not a list
+    of datatrove media entries (``dropped_malformed_media``), or whose id is neither a string nor an integer
     (``dropped_malformed_id``: the writers would print a list as its Python repr); the rest of the file is read.
     datatrove skips the first two with a log line only and fails the whole file on the others.
     """
+
+    media_bytes_base64 = False  # JSONL carries media bytes as base64 text, Parquet as bytes
 
     def _drop(self, reason: str) -> None:  # as CommonCrawlReader._drop: a record read, and why it is not a document
         self.stat_update("total", "dropped", f"dropped_{reason}")
@@ -66,6 +70,12 @@ class _PlannedReaderMixin(ShardLoop):
         if doc_id is not None and not (isinstance(doc_id, str) or _is_int(doc_id)):  # null: datatrove's null id
             return self._reject("malformed_id", source_file, id_in_file,
                                 f"its {self.id_key!r} is a {type(doc_id).__name__}, not a string or an integer")
+        if "media" in data:
+            media = media_entries(data["media"], self.media_bytes_base64)
+            if media is None:
+                return self._reject("malformed_media", source_file, id_in_file,
+                                    "its 'media' is not a list of {id, type, url, ...} entries")
+            data["media"] = media
         document = self._plain_document(data, source_file, id_in_file)
         if document is None:
             document = BaseReader.get_document_from_dict(self, data, source_file, id_in_file)
@@ -108,6 +118,45 @@ class _PlannedReaderMixin(ShardLoop):
 
 
 _NO_METADATA = object()
+_MEDIA_FIELDS = frozenset(f.name for f in dataclasses.fields(Media))
+_MEDIA_REQUIRED = frozenset(("id", "type", "url"))
+
+
+def media_entries(value, bytes_as_base64: bool) -> list[dict] | None:
+    """A record's ``media`` as keyword dicts for datatrove's ``Media`` (bytes decoded), or None when it is not that
+    shape: a list of mappings with ``id``, ``type`` (int) and ``url``, only Media's fields, each of its type.
+    An empty or null ``media`` is no media."""
+    if not value:
+        return []
+    if not isinstance(value, list):
+        return None
+    out = []
+    for m in value:
+        if not isinstance(m, dict) or not _MEDIA_REQUIRED <= m.keys() <= _MEDIA_FIELDS:
+            return None
+        if not (isinstance(m["id"], str) and _is_int(m["type"]) and isinstance(m["url"], str)):
+            return None
+        if any(m.get(k) is not None and not isinstance(m[k], str) for k in ("alt", "path")):
+            return None
+        if any(m.get(k) is not None and not _is_int(m[k]) for k in ("offset", "length")):
+            return None
+        if m.get("metadata") is not None and not isinstance(m["metadata"], dict):
+            return None
+        raw = m.get("media_bytes")
+        if raw is not None:
+            if bytes_as_base64:
+                if not isinstance(raw, str):
+                    return None
+                try:
+                    m = m | {"media_bytes": base64.decodebytes(raw.encode("ascii"))}
+                except ValueError:  # not ASCII, or not base64
+                    return None
+            elif not isinstance(raw, bytes):
+                return None
+        out.append(m)
+    return out
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -128,6 +177,7 @@ class PlannedJsonlReader(_PlannedReaderMixin, JsonlReader):
     """
 
     block_bytes = 1 << 20
+    media_bytes_base64 = True
 
     def read_file(self, filepath: str):
         import orjson
@@ -170,9 +220,6 @@ class PlannedJsonlReader(_PlannedReaderMixin, JsonlReader):
                     if self.stats.stats["dropped_invalid_json"].total <= 5:
                         logger.warning(f"{filepath}: line {li + 1} is not a JSON object ({e}); counted as invalid_json")
                     continue
-                for media in data.get("media") or ():
-                    if media.get("media_bytes") is not None:
-                        media["media_bytes"] = base64.decodebytes(media["media_bytes"].encode("ascii"))
                 document = self.get_document_from_dict(data, filepath, li)
                 if document:
                     docs.append(document)
