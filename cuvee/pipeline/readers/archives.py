@@ -34,6 +34,7 @@ the warcinfo record or the file path).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import zlib
@@ -279,13 +280,23 @@ class CommonCrawlReader(ShardLoop, BaseDiskReader):
                 logger.warning(f"{ctx['file']}: malformed ARC record {url}: {e}")
                 self._drop("malformed_record")
                 continue
-            rec_id = f"arc:{os.path.basename(ctx['file'])}:{n}"
+            rec_id = f"arc:{os.path.basename(ctx['file'])}:{n}:{_record_digest(url, date, block)}"
             meta = {
                 "url": url, "date": arc_date(date), "warc_record_id": rec_id, "warc_type": "response",
                 "http_status": status, "content_type": http_headers.get("content-type", arc_ctype),
             }
             self.stat_update("total")
             yield self._doc(rec_id, "", body, meta, ctx)
+
+
+def _record_digest(url: str, date: str, block: bytes) -> str:
+    """What makes an ARC record's id unique, as a WARC-Record-ID is: ARC has no record id, and a file's name and
+    record number repeat across folders (``2008/x.arc.gz``, ``2009/x.arc.gz``) and input paths. Only a byte-identical
+    copy of a record gets the same id, as a copied WARC record keeps its WARC-Record-ID."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(f"{url} {date}\n".encode())
+    h.update(block)
+    return h.hexdigest()
 
 
 def make_reader(
