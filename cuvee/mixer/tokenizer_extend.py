@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
+TOKENIZER_TIKTOKEN = "tokenizer.tiktoken"  # the rank file `cuvee tokenizer extend` writes into its folder
 _OFFSET = 0x10000  # base token id -> chr(_OFFSET + id): planes 1-2, no whitespace, no surrogates
 
 
@@ -102,6 +104,13 @@ def learn_extension(base_enc, texts: list[str], n_new: int, min_frequency: int =
     return new
 
 
+def _replace(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all (a temporary file renamed over it)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def extend_tiktoken(base: str, texts: list[str], n_new: int, out_path: str | Path, min_frequency: int = 2) -> dict:
     """Write ``out_path`` (.tiktoken rank file) + ``out_path.json`` (pattern, special tokens) and return a summary."""
     if not texts:
@@ -117,9 +126,8 @@ def extend_tiktoken(base: str, texts: list[str], n_new: int, out_path: str | Pat
         next_rank += 1
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(out_path, "w") as f:
-        for t, r in sorted(ranks.items(), key=lambda kv: kv[1]):
-            f.write(f"{base64.b64encode(t).decode()} {r}\n")
+    _replace(out_path, "".join(f"{base64.b64encode(t).decode()} {r}\n"
+                               for t, r in sorted(ranks.items(), key=lambda kv: kv[1])))
     meta = {
         "base": base,
         "pattern": enc._pat_str,
@@ -130,6 +138,6 @@ def extend_tiktoken(base: str, texts: list[str], n_new: int, out_path: str | Pat
         "training_texts": len(texts),
         "training_chars": sum(len(t) for t in texts),
     }
-    Path(f"{out_path}.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    _replace(Path(f"{out_path}.json"), json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
     sample = [t.decode("utf-8", "replace") for t in new_tokens[:20]]
     return {**meta, "path": str(out_path), "vocab_size": next_rank, "examples": sample}

@@ -4,11 +4,14 @@ The result is a GPT-2-style ``tokenizer.json`` that ``load_tokenizer`` runs on t
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from cuvee.mixer.config import load_mix_config
 from cuvee.mixer.sources import SourceScan, resolve_files, select_texts
+
+TOKENIZER_JSON = "tokenizer.json"  # the file `cuvee tokenizer train` writes into its output folder
 
 
 def mix_training_texts(config, max_chars: int = 50_000_000, max_docs: int | None = None) -> tuple[list[Iterator[str]], dict]:
@@ -57,5 +60,7 @@ def train_bpe_on_mix(config, vocab_size: int, out_path: str | Path, max_docs: in
     tok = train_bpe(itertools.chain(*iters), vocab_size)
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    tok.save(str(out_path))
+    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")  # a kill never leaves half a tokenizer.json
+    tok.save(str(tmp))
+    os.replace(tmp, out_path)
     return {"path": str(out_path), "vocab_size": tok.get_vocab_size(), "sources": used}
