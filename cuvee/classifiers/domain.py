@@ -66,8 +66,8 @@ class DomainTagger(BaseFilter):
     name = "🧮 domain"
 
     def __init__(self, math_threshold: float, code_threshold: float, keep: list[str] | None,
-                 math_model: str | None, code_model: str | None, positive_label: str):
-        super().__init__()
+                 math_model: str | None, code_model: str | None, positive_label: str, exclusion_writer=None):
+        super().__init__(exclusion_writer)
         self.math_threshold = math_threshold
         self.code_threshold = code_threshold
         self.keep = set(keep) if keep else None
@@ -146,10 +146,12 @@ def build_domain(p: DomainParams, ctx: BuildContext):
         from cuvee.classifiers.hf_sequence import HFLabelTagger, HFSequenceScorer
 
         scorer = HFSequenceScorer(p.model, batch_size=min(p.batch_size, 64), device=p.device)
-        return [HFLabelTagger(scorer, "domain", p.keep, p.label_thresholds, p.default_label, p.batch_size)]
+        return [HFLabelTagger(scorer, "domain", p.keep, p.label_thresholds, p.default_label, p.batch_size,
+                             ctx.exclusion_writer())]
     if p.keep and not set(p.keep) <= {"math", "code", "general"}:
         raise ValueError(f"domain: keep must name math, code or general, got {p.keep}")
-    return [DomainTagger(p.math_threshold, p.code_threshold, p.keep, p.math_model, p.code_model, p.positive_label)]
+    return [DomainTagger(p.math_threshold, p.code_threshold, p.keep, p.math_model, p.code_model, p.positive_label,
+                         ctx.exclusion_writer())]
 
 
 def score_many(texts: list[str]) -> np.ndarray:

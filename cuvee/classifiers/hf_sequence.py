@@ -301,8 +301,9 @@ class HFLabelTagger(BaseFilter):
     type = "🤖 - CLASSIFIER"
 
     def __init__(self, scorer: HFSequenceScorer, key: str, keep: list[str] | None = None,
-                 label_thresholds: dict[str, float] | None = None, default_label: str = "other", batch_size: int = 64):
-        super().__init__(batch_size=batch_size)
+                 label_thresholds: dict[str, float] | None = None, default_label: str = "other", batch_size: int = 64,
+                 exclusion_writer=None):
+        super().__init__(exclusion_writer, batch_size=batch_size)
         self.scorer = scorer
         self.key = key
         self.keep = set(keep) if keep else None

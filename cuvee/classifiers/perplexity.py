@@ -422,8 +422,8 @@ class PerplexityFilter(BaseFilter):
     name = "🧮 perplexity buckets"
 
     def __init__(self, key: str, name: str, cutoffs_path: str | None = None, keep: list[str] | None = None,
-                 max_bpb: float | None = None, group_by: str | None = None):
-        super().__init__()
+                 max_bpb: float | None = None, group_by: str | None = None, exclusion_writer=None):
+        super().__init__(exclusion_writer)
         self.key, self.prefix, self.cutoffs_path = key, name, cutoffs_path
         self.keep = set(keep) if keep else None
         self.max_bpb, self.group_by = max_bpb, group_by
@@ -509,7 +509,7 @@ def build_perplexity(p: PerplexityParams, ctx: BuildContext):
     if p.buckets is None:
         steps: list = [PerplexityAnnotator(scorer, key, p.batch_size)]
         if p.max_bpb is not None:
-            steps.append(PerplexityFilter(key, p.name, max_bpb=p.max_bpb))
+            steps.append(PerplexityFilter(key, p.name, max_bpb=p.max_bpb, exclusion_writer=ctx.exclusion_writer()))
         return steps
     scores_dir = str(ctx.stage_dir("scores"))
     cutoffs_path = str(ctx.stage_dir("buckets.json"))
@@ -517,5 +517,6 @@ def build_perplexity(p: PerplexityParams, ctx: BuildContext):
         before=[PerplexityAnnotator(scorer, key, p.batch_size, scores_dir=scores_dir, group_by=p.group_by)],
         phases=[Phase(f"{p.name}_buckets", [PercentileBuckets(scores_dir, cutoffs_path, p.buckets, ctx.tasks, p.group_by)],
                       tasks=1)],
-        after=[PerplexityFilter(key, p.name, cutoffs_path=cutoffs_path, keep=p.keep, max_bpb=p.max_bpb, group_by=p.group_by)],
+        after=[PerplexityFilter(key, p.name, cutoffs_path=cutoffs_path, keep=p.keep, max_bpb=p.max_bpb, group_by=p.group_by,
+                                exclusion_writer=ctx.exclusion_writer())],
     )

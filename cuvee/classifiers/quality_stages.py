@@ -123,7 +123,8 @@ def build_transformer_quality(p: TransformerQualityParams, ctx: BuildContext):
         if p.min_int_score is not None:
             from cuvee.classifiers.scoring import ScoreThresholdFilter
 
-            built.append(ScoreThresholdFilter(int_key, threshold=p.min_int_score, reason=f"{p.name}_below_min_int_score"))
+            built.append(ScoreThresholdFilter(int_key, threshold=p.min_int_score, reason=f"{p.name}_below_min_int_score",
+                                              exclusion_writer=ctx.exclusion_writer()))
         return built
     if not (Path(p.model) / "head.json").exists():
         raise FileNotFoundError(f"transformer_quality: {p.model} is neither a cuvee head folder (head.json) nor a Hugging Face "

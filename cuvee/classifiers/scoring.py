@@ -148,8 +148,9 @@ class ScoreThresholdFilter(BaseFilter):
 
     name = "🎯 score threshold"
 
-    def __init__(self, key: str, threshold: float | None = None, cutoff_path: str | None = None, reason: str = "low_score"):
-        super().__init__()
+    def __init__(self, key: str, threshold: float | None = None, cutoff_path: str | None = None, reason: str = "low_score",
+                 exclusion_writer=None):
+        super().__init__(exclusion_writer)
         if (threshold is None) == (cutoff_path is None):
             raise ValueError("give exactly one of threshold or cutoff_path")
         self.key = key
@@ -186,12 +187,14 @@ def build_score_stage(
     if top_percent is None:
         steps: list = [ScoreAnnotator(scorer, key, batch_size)]
         if threshold is not None:
-            steps.append(ScoreThresholdFilter(key, threshold=threshold, reason=f"{name}_below_threshold"))
+            steps.append(ScoreThresholdFilter(key, threshold=threshold, reason=f"{name}_below_threshold",
+                                              exclusion_writer=ctx.exclusion_writer()))
         return steps
     scores_dir = str(ctx.stage_dir("scores"))
     cutoff_path = str(ctx.stage_dir("cutoff.json"))
     return Barrier(
         before=[ScoreAnnotator(scorer, key, batch_size, scores_dir=scores_dir)],
         phases=[Phase(f"{name}_percentile", [PercentileCutoff(scores_dir, cutoff_path, top_percent, ctx.tasks)], tasks=1)],
-        after=[ScoreThresholdFilter(key, cutoff_path=cutoff_path, reason=f"{name}_below_top_percent")],
+        after=[ScoreThresholdFilter(key, cutoff_path=cutoff_path, reason=f"{name}_below_top_percent",
+                                    exclusion_writer=ctx.exclusion_writer())],
     )

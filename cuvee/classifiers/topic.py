@@ -181,10 +181,11 @@ def build_topic(p: TopicParams, ctx: BuildContext):
         from cuvee.classifiers.hf_sequence import HFLabelTagger, HFSequenceScorer
 
         scorer = HFSequenceScorer(p.model, batch_size=min(p.batch_size, 64), device=p.device)
-        return [HFLabelTagger(scorer, p.key, p.keep, p.label_thresholds, p.default_label, p.batch_size)]
+        return [HFLabelTagger(scorer, p.key, p.keep, p.label_thresholds, p.default_label, p.batch_size,
+                             ctx.exclusion_writer())]
     steps: list = [_TopicTagger(p.topics, p.head, p.encoder, p.batch_size, p.key, p.device, p.max_length, p.min_similarity)]
     if p.keep:
-        steps.append(KeepLabels(p.key, p.keep))
+        steps.append(KeepLabels(p.key, p.keep, ctx.exclusion_writer()))
     return steps
 
 
@@ -193,8 +194,8 @@ class KeepLabels(BaseFilter):
 
     name = "🏷️ keep labels"
 
-    def __init__(self, key: str, keep: list[str]):
-        super().__init__()
+    def __init__(self, key: str, keep: list[str], exclusion_writer=None):
+        super().__init__(exclusion_writer)
         self.key = key
         self.keep = set(keep)
 
@@ -213,8 +214,8 @@ class TopicSampler(BaseFilter):
 
     name = "🎲 topic sampler"
 
-    def __init__(self, rates: dict[str, float], default_rate: float, seed: int, key: str):
-        super().__init__()
+    def __init__(self, rates: dict[str, float], default_rate: float, seed: int, key: str, exclusion_writer=None):
+        super().__init__(exclusion_writer)
         self.rates = rates
         self.default_rate = default_rate
         self.seed = seed
@@ -243,4 +244,4 @@ def build_topic_sampler(p: TopicSamplerParams, ctx: BuildContext):
     bad = {k: v for k, v in p.rates.items() if not 0 <= v <= 1}
     if bad:
         raise ValueError(f"topic_sampler: rates must be within [0, 1], got {bad}")
-    return [TopicSampler(dict(p.rates), p.default_rate, p.seed, p.key)]
+    return [TopicSampler(dict(p.rates), p.default_rate, p.seed, p.key, ctx.exclusion_writer())]

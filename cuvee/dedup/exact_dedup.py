@@ -112,10 +112,10 @@ def build_exact_dedup(p: ExactDedupParams, ctx: BuildContext):
         if ctx.tasks != 1:
             raise RecipeError(f"stage {ctx.stage_name!r}: one_pass needs executor.tasks: 1 (this recipe has "
                               f"{ctx.tasks}); leave one_pass out to deduplicate across tasks")
-        return [OnePassExactDedup(p.memory_budget_mb)]
+        return [OnePassExactDedup(p.memory_budget_mb, exclusion_writer=ctx.exclusion_writer())]
     folder = ctx.stage_dir()
     return Barrier(
         before=[KeyRecorder(folder, ctx.tasks, TextKeyer())],
         phases=[Phase("exact_duplicates", [FindKeyDuplicates(folder, ctx.tasks, p.memory_budget_mb)], tasks=ctx.tasks)],
-        after=[DropListed(folder, "drops/*/{rank}.u64", "exact_duplicate")],
+        after=[DropListed(folder, "drops/*/{rank}.u64", "exact_duplicate", ctx.exclusion_writer())],
     )

@@ -197,6 +197,7 @@ class LineDedupFilter(BaseFilter):
     """Removes the frequent lines of each document's bucket; drops documents left empty or too short."""
 
     name = "📏 line dedup"
+    replays_exactly = True  # the phases' line counts decide: the same on every read
 
     def __init__(self, folder, source_tasks: int, bucket_size: int, min_words: int, exclusion_writer=None):
         super().__init__(exclusion_writer=exclusion_writer)
@@ -373,11 +374,11 @@ def build_line_dedup(p: LineDedupParams, ctx: BuildContext):
             raise RecipeError(f"stage {ctx.stage_name!r}: one_pass needs executor.tasks: 1 (this recipe has "
                               f"{ctx.tasks}); leave one_pass out to deduplicate across tasks")
         return [OnePassLineDedup(p.bucket_size, p.min_occurrences, p.count_per_document, p.min_words,
-                                 p.memory_budget_mb)]
+                                 p.memory_budget_mb, ctx.exclusion_writer())]
     folder = ctx.stage_dir()
     return Barrier(
         before=[LineHashRecorder(folder, p.count_per_document)],
         phases=[Phase("line_counts", [CountFrequentLines(folder, ctx.tasks, p.bucket_size, p.min_occurrences,
                                                          p.memory_budget_mb)], tasks=ctx.tasks)],
-        after=[LineDedupFilter(folder, ctx.tasks, p.bucket_size, p.min_words)],
+        after=[LineDedupFilter(folder, ctx.tasks, p.bucket_size, p.min_words, ctx.exclusion_writer())],
     )

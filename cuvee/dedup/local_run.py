@@ -1,18 +1,23 @@
-"""Run one dedup stage outside a recipe, the way the compiler does: segment (input + ``before`` +
-intermediate writer), each phase as its own executor chained with ``depends``, then segment 2
-(intermediate reader + ``after`` + writer). Used by the benchmarks, the CLI and the tests."""
+"""Run one dedup stage outside a recipe through the recipe compiler (``compile_stages``): the same segments,
+phases, copy-free replay and logging folders as ``cuvee run``, with given input steps and an uncompressed
+JSONL output, one file per rank. Used by the benchmarks, ``cuvee dedup run`` and the tests."""
 
 from __future__ import annotations
 
+import copy
 import json
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from datatrove.data import Document
-from datatrove.executor import LocalPipelineExecutor
 from datatrove.pipeline.base import PipelineStep
 
+from cuvee.pipeline.compiler import WRITER, StageBuild, compile_stages
+from cuvee.pipeline.executors import build_chain
+from cuvee.pipeline.recipe import LocalExecutorConfig
 from cuvee.pipeline.registry import Barrier, BuildContext, get_stage
-from cuvee.pipeline.writers import intermediate_reader, intermediate_writer
+from cuvee.pipeline.writers import intermediate_writer
 
 
 class ListReader(PipelineStep):
@@ -32,26 +37,35 @@ class ListReader(PipelineStep):
             yield Document(text=doc.text, id=doc.id, metadata=dict(doc.metadata))
 
 
-def build(stage: str, params: dict, work_dir: Path, tasks: int) -> Barrier:
+@dataclass(frozen=True)
+class LocalStage:
+    """A validated dedup stage: how the compiler builds it, and its first build (its phases, for callers
+    that time them one by one). Building it up front surfaces bad parameters before any work."""
+
+    stage: StageBuild
+    barrier: Barrier
+
+    @property
+    def phases(self) -> list:
+        return self.barrier.phases
+
+
+def build(stage: str, params: dict, work_dir: Path, tasks: int) -> LocalStage:
     spec = get_stage(stage)
-    ctx = BuildContext(run_dir=work_dir, work_dir=work_dir / "work", tasks=tasks, stage_index=0, stage_name=stage)
-    return spec.build(spec.params.model_validate(params), ctx)
-
-
-def executors(barrier: Barrier, inputs: list, work_dir: Path, tasks: int, workers: int = 1) -> list:
     work_dir = Path(work_dir)
-    logs = work_dir / "logs"
-    inter = work_dir / "work" / "seg00"
-    chain = [LocalPipelineExecutor(pipeline=[*inputs, *barrier.before, intermediate_writer(inter)], tasks=tasks,
-                                   workers=workers, logging_dir=str(logs / "seg00"), skip_completed=True)]
-    for ph in barrier.phases:
-        chain.append(LocalPipelineExecutor(pipeline=ph.pipeline, tasks=ph.tasks, workers=min(workers, ph.tasks),
-                                           logging_dir=str(logs / ph.name), depends=chain[-1], skip_completed=True))
-    out = intermediate_writer(work_dir / "output")  # uncompressed JSONL, one file per rank
-    chain.append(LocalPipelineExecutor(pipeline=[intermediate_reader(inter), *barrier.after, out], tasks=tasks,
-                                       workers=workers, logging_dir=str(logs / "seg01"), depends=chain[-1],
-                                       skip_completed=True))
-    return chain
+    ctx = BuildContext(run_dir=work_dir, work_dir=work_dir / "work", tasks=tasks, stage_index=0, stage_name=stage)
+    sb = StageBuild(f"00.{stage}", spec, spec.params.model_validate(params), ctx)
+    return LocalStage(sb, sb.build())
+
+
+def executors(stage: LocalStage, inputs: list, work_dir: Path, tasks: int, workers: int = 1) -> list:
+    """The compiled jobs as local executors chained with ``depends``: run the last to run them all.
+    A replay re-reads ``inputs`` through its own copies of the steps."""
+    work_dir = Path(work_dir)
+    jobs = compile_stages([stage.stage], lambda: copy.deepcopy(list(inputs)),
+                          [(WRITER, "writer", intermediate_writer(work_dir / "output"))],
+                          work_dir=work_dir / "work", logs=work_dir / "logs", tasks=tasks, workers=workers)
+    return build_chain(jobs, LocalExecutorConfig(tasks=tasks, workers=workers))
 
 
 def read_output(work_dir: Path, tasks: int) -> list[list[Document]]:
@@ -67,21 +81,24 @@ def read_output(work_dir: Path, tasks: int) -> list[list[Document]]:
     return out
 
 
+_STAGE_PREFIX = re.compile(r"^\d{2}\.[^.]+\.")  # a phase's folder is "<stage label>.<phase>"; one stage here
+
+
 def merged_counters(work_dir: Path) -> dict[str, dict[str, float]]:
-    """{logging folder: {step name: {counter: total}}} from datatrove's merged stats files."""
+    """{job (seg00, a phase name, seg01): {step name: {counter: total}}} from datatrove's merged stats files."""
     res = {}
     for stats in sorted((Path(work_dir) / "logs").glob("*/stats.json")):
         steps = {}
         for step in json.loads(stats.read_text()):
             steps[step["name"]] = {k: (v["total"] if isinstance(v, dict) else v) for k, v in step["stats"].items()}
-        res[stats.parent.name] = steps
+        res[_STAGE_PREFIX.sub("", stats.parent.name)] = steps
     return res
 
 
 def run_stage(stage: str, params: dict, docs_by_rank: list[list[Document]], work_dir: Path, workers: int = 1):
     """Dedup ``docs_by_rank`` with one registered stage; returns (kept docs per rank, counters)."""
     tasks = len(docs_by_rank)
-    barrier = build(stage, params, Path(work_dir), tasks)
-    chain = executors(barrier, [ListReader(docs_by_rank)], Path(work_dir), tasks, workers)
+    built = build(stage, params, Path(work_dir), tasks)
+    chain = executors(built, [ListReader(docs_by_rank)], Path(work_dir), tasks, workers)
     chain[-1].run()
     return read_output(work_dir, tasks), merged_counters(work_dir)

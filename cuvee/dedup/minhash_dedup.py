@@ -337,5 +337,5 @@ def build_minhash_dedup(p: MinhashDedupParams, ctx: BuildContext):
                   tasks=min(ctx.tasks, p.num_bands)),
             Phase("minhash_clusters", [MinhashClusters(folder, cfg, ctx.tasks, p.memory_budget_mb)], tasks=1),
         ],
-        after=[DropListed(folder, "drops/{rank}.u64", "minhash_duplicate")],
+        after=[DropListed(folder, "drops/{rank}.u64", "minhash_duplicate", ctx.exclusion_writer())],
     )

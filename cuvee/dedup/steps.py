@@ -20,6 +20,7 @@ class RecordingStep(PipelineStep):
     completes, so a killed task leaves nothing half-written). Subclasses implement ``record(batch)``."""
 
     type = "🫂 - DEDUP"
+    passes_through = True  # the compiler may skip the corpus copy at this barrier (see registry.Barrier)
     batch_size = 256  # documents per record() call: per-batch numpy and file calls amortised, little held
 
     def __init__(self, folder: str | Path):
@@ -95,6 +96,7 @@ class DropListed(BaseFilter):
     """After the barrier: drops the documents whose (rank, position) the phases listed, under ``reason``."""
 
     name = "🫂 dedup filter"
+    replays_exactly = True  # decisions come from the phases' files and the positions: the same on every read
 
     def __init__(self, folder: str | Path, drops_glob: str, reason: str, exclusion_writer=None):
         super().__init__(exclusion_writer=exclusion_writer)

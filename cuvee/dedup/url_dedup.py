@@ -65,5 +65,5 @@ def build_url_dedup(p: UrlDedupParams, ctx: BuildContext):
     return Barrier(
         before=[KeyRecorder(folder, ctx.tasks, UrlKeyer(p.url_key))],
         phases=[Phase("url_duplicates", [FindKeyDuplicates(folder, ctx.tasks, p.memory_budget_mb)], tasks=ctx.tasks)],
-        after=[DropListed(folder, "drops/*/{rank}.u64", "url_duplicate")],
+        after=[DropListed(folder, "drops/*/{rank}.u64", "url_duplicate", ctx.exclusion_writer())],
     )

@@ -285,7 +285,8 @@ def build_gopher_repetition(p: GopherRepetitionParams, ctx: BuildContext):
     return [CuveeGopherRepetition(
         dup_line_frac=p.dup_line_frac, dup_para_frac=p.dup_para_frac, dup_line_char_frac=p.dup_line_char_frac,
         dup_para_char_frac=p.dup_para_char_frac, top_n_grams=tuple(map(tuple, p.top_n_grams)),
-        dup_n_grams=tuple(map(tuple, p.dup_n_grams)), language=make_word_tokenizer(p.word_tokenizer, p.language))]
+        dup_n_grams=tuple(map(tuple, p.dup_n_grams)), language=make_word_tokenizer(p.word_tokenizer, p.language),
+        exclusion_writer=ctx.exclusion_writer())]
 
 
 class GopherQualityParams(_WordsParams):
@@ -318,7 +319,8 @@ def build_gopher_quality(p: GopherQualityParams, ctx: BuildContext):
         max_avg_word_length=p.max_avg_word_length, max_symbol_word_ratio=p.max_symbol_word_ratio,
         max_bullet_lines_ratio=p.max_bullet_lines_ratio, max_ellipsis_lines_ratio=p.max_ellipsis_lines_ratio,
         max_non_alpha_words_ratio=p.max_non_alpha_words_ratio, min_stop_words=p.min_stop_words,
-        stop_words=p.stop_words, language=make_word_tokenizer(p.word_tokenizer, p.language))]
+        stop_words=p.stop_words, language=make_word_tokenizer(p.word_tokenizer, p.language),
+        exclusion_writer=ctx.exclusion_writer())]
 
 
 class C4QualityParams(_WordsParams):
@@ -344,7 +346,8 @@ def build_c4_quality(p: C4QualityParams, ctx: BuildContext):
         min_words_per_line=p.min_words_per_line, max_word_length=p.max_word_length,
         filter_lorem_ipsum=p.filter_lorem_ipsum, filter_javascript=p.filter_javascript,
         filter_curly_bracket=p.filter_curly_bracket, filter_policy=p.filter_policy,
-        language=make_word_tokenizer(p.word_tokenizer, p.language))]
+        language=make_word_tokenizer(p.word_tokenizer, p.language),
+        exclusion_writer=ctx.exclusion_writer())]
 
 
 class C4BadWordsParams(StageParams):
@@ -358,7 +361,8 @@ class C4BadWordsParams(StageParams):
 def build_c4_badwords(p: C4BadWordsParams, ctx: BuildContext):
     """C4's bad-words page filter with the LDNOOBW lists bundled in cuvee (English at C4's pinned commit)."""
     return [LocalC4BadWords(keep_fraction=p.keep_fraction, fail_on_missing_language=p.fail_on_missing_language,
-                            seed=p.seed, default_language=p.default_language)]
+                            seed=p.seed, default_language=p.default_language,
+                            exclusion_writer=ctx.exclusion_writer())]
 
 
 class FineWebQualityParams(_WordsParams):
@@ -378,4 +382,5 @@ def build_fineweb_quality(p: FineWebQualityParams, ctx: BuildContext):
         line_punct_thr=p.line_punct_thr, line_punct_exclude_zero=p.line_punct_exclude_zero,
         stop_chars=tuple(p.stop_chars) if p.stop_chars is not None else None, short_line_thr=p.short_line_thr,
         short_line_length=p.short_line_length, char_duplicates_ratio=p.char_duplicates_ratio,
-        new_line_ratio=p.new_line_ratio, language=make_word_tokenizer(p.word_tokenizer, p.language))]
+        new_line_ratio=p.new_line_ratio, language=make_word_tokenizer(p.word_tokenizer, p.language),
+        exclusion_writer=ctx.exclusion_writer())]

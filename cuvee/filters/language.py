@@ -170,4 +170,5 @@ class LanguageParams(StageParams):
 @register_stage("language", LanguageParams)
 def build_language(p: LanguageParams, ctx: BuildContext):
     """fastText lid.176 language ID: sets metadata language/language_score, keeps languages above their threshold."""
-    return [LanguageFilter(languages=p.thresholds(), min_score=p.min_score, model_path=p.model_path, max_chars=p.max_chars)]
+    return [LanguageFilter(languages=p.thresholds(), min_score=p.min_score, model_path=p.model_path, max_chars=p.max_chars,
+                           exclusion_writer=ctx.exclusion_writer())]

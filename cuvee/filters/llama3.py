@@ -193,8 +193,9 @@ class DirtyWordsFilter(BaseFilter):
 
     name = "🦙 dirty words"
 
-    def __init__(self, min_hits: int, max_ratio: float, language_key: str, default_language: str, min_distinct: int = 2):
-        super().__init__()
+    def __init__(self, min_hits: int, max_ratio: float, language_key: str, default_language: str, min_distinct: int = 2,
+                 exclusion_writer=None):
+        super().__init__(exclusion_writer)
         self.min_distinct = min_distinct
         self.min_hits = min_hits
         self.max_ratio = max_ratio
@@ -228,7 +229,8 @@ class DirtyWordsParams(StageParams):
 @register_stage("dirty_words", DirtyWordsParams)
 def build_dirty_words(p: DirtyWordsParams, ctx: BuildContext):
     """Llama 3 / C4: count LDNOOBW dirty words per language; drop documents dense in them."""
-    return [DirtyWordsFilter(p.min_hits, p.max_ratio, p.language_key, p.default_language, p.min_distinct)]
+    return [DirtyWordsFilter(p.min_hits, p.max_ratio, p.language_key, p.default_language, p.min_distinct,
+                             ctx.exclusion_writer())]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -340,8 +342,8 @@ class TokenKLFilter(BaseFilter):
 
     name = "🦙 token KL outliers"
 
-    def __init__(self, distribution_path: str, max_kl: float, min_tokens: int, smoothing: float):
-        super().__init__()
+    def __init__(self, distribution_path: str, max_kl: float, min_tokens: int, smoothing: float, exclusion_writer=None):
+        super().__init__(exclusion_writer)
         self.distribution_path = distribution_path
         self.max_kl = max_kl
         self.min_tokens = min_tokens
@@ -406,11 +408,11 @@ class TokenDistributionOutlierParams(StageParams):
 def build_token_distribution_outlier(p: TokenDistributionOutlierParams, ctx: BuildContext):
     """Llama 3: drop documents whose token distribution is a KL outlier vs. the corpus distribution."""
     if p.reference:
-        return [TokenKLFilter(p.reference, p.max_kl, p.min_tokens, p.smoothing)]
+        return [TokenKLFilter(p.reference, p.max_kl, p.min_tokens, p.smoothing, ctx.exclusion_writer())]
     counts_dir = str(ctx.stage_dir("counts"))
     dist = str(ctx.stage_dir("distribution.npy"))
     return Barrier(
         before=[TokenCounter(counts_dir, p.encoding)],
         phases=[Phase("token_distribution_merge", [MergeTokenCounts(counts_dir, dist, p.encoding, ctx.tasks)], tasks=1)],
-        after=[TokenKLFilter(dist, p.max_kl, p.min_tokens, p.smoothing)],
+        after=[TokenKLFilter(dist, p.max_kl, p.min_tokens, p.smoothing, ctx.exclusion_writer())],
     )

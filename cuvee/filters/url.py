@@ -184,7 +184,7 @@ class URLFilterParams(StageParams):
         return v
 
 
-def build_url_filter_step(p: URLFilterParams) -> CuveeURLFilter:
+def build_url_filter_step(p: URLFilterParams, exclusion_writer=None) -> CuveeURLFilter:
     domains: list[str] = list(p.extra_domains)
     urls: list[str] = []
     for cat in p.categories:
@@ -205,10 +205,11 @@ def build_url_filter_step(p: URLFilterParams) -> CuveeURLFilter:
     return CuveeURLFilter(domains=domains, urls=urls, banned_words=words + p.extra_banned_words,
                           banned_subwords=subwords + p.extra_banned_subwords, soft_banned_words=soft,
                           soft_word_threshold=p.soft_word_threshold,
-                          use_datatrove_blocklist=p.use_datatrove_blocklist, keep_missing_url=p.keep_missing_url)
+                          use_datatrove_blocklist=p.use_datatrove_blocklist, keep_missing_url=p.keep_missing_url,
+                          exclusion_writer=exclusion_writer)
 
 
 @register_stage("url_filter", URLFilterParams)
 def build_url_filter(p: URLFilterParams, ctx: BuildContext):
     """FineWeb URL filter: UT1 blocklisted domains/URLs plus banned, sub- and soft-banned words in the URL."""
-    return [build_url_filter_step(p)]
+    return [build_url_filter_step(p, ctx.exclusion_writer())]

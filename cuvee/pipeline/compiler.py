@@ -11,15 +11,27 @@ from __future__ import annotations
 import glob as _glob
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from datatrove.pipeline.base import PipelineStep
 
 from cuvee.pipeline.readers import split_input_path
 from cuvee.pipeline.recipe import Recipe, RecipeError
-from cuvee.pipeline.registry import Barrier, BuildContext, get_stage
-from cuvee.pipeline.writers import exclusion_writer, route_folder, intermediate_reader, intermediate_writer, output_writer
+from cuvee.pipeline.registry import (
+    Barrier,
+    BuildContext,
+    StageParams,
+    StageSpec,
+    get_stage,
+)
+from cuvee.pipeline.writers import (
+    intermediate_reader,
+    intermediate_writer,
+    output_writer,
+    route_folder,
+)
 
 # step roles, for accounting
 READER, STAGE, INTERNAL, SUMMARY, WRITER = "reader", "stage", "internal", "summary", "writer"
@@ -185,19 +197,72 @@ def declared_metadata(recipe: Recipe) -> dict[str, str]:
 COPY_FREE = True  # dedup barriers re-read and replay instead of writing a corpus copy where that is exact
 
 
-def _replayable(built: Barrier) -> bool:
-    """A barrier can go without a corpus copy when its ``before`` steps only record (documents pass through
-    unchanged) and its ``after`` steps are deterministic functions of the phases' files (dedup filters)."""
-    from cuvee.dedup.line_dedup import LineDedupFilter
-    from cuvee.dedup.steps import DropListed, RecordingStep
+def passes_through(step) -> bool:
+    """The step's class declares ``passes_through = True``: it yields every document it receives, unchanged
+    and in order (a dedup recorder), so a barrier's ``before`` made of such steps changes no document."""
+    return bool(getattr(step, "passes_through", False))
 
-    return (all(isinstance(s, RecordingStep) for s in built.before)
-            and all(isinstance(s, (DropListed, LineDedupFilter)) for s in built.after))
+
+def replays_exactly(step) -> bool:
+    """The step's class declares ``replays_exactly = True``: its output is a deterministic function of its
+    input stream and of files written before the cut (a dedup filter), so running it again gives the same."""
+    return bool(getattr(step, "replays_exactly", False))
+
+
+def replayable(built: list | Barrier) -> bool:
+    """A list stage, or a barrier's ``after`` steps, can be re-run instead of copying the corpus after the
+    next cut; a barrier also needs ``before`` steps that only record."""
+    if isinstance(built, Barrier):
+        return all(map(passes_through, built.before)) and all(map(replays_exactly, built.after))
+    return bool(built) and all(map(replays_exactly, built))
+
+
+@dataclass(frozen=True)
+class StageBuild:
+    """One stage as the compiler builds it. ``build()`` gives new step objects on every call: a replay
+    needs its own, and it builds them without an exclusion writer (the original segment wrote those)."""
+
+    label: str  # "03.exact_dedup": stats and logging folders use it
+    spec: StageSpec
+    params: StageParams
+    ctx: BuildContext
+
+    def build(self) -> list | Barrier:
+        return self.spec.build(self.params, self.ctx)
+
+    def replay_steps(self) -> list:
+        built = self.spec.build(self.params, replace(self.ctx, exclusions_dir=None))
+        return list(built.after if isinstance(built, Barrier) else built)
+
+
+def stage_builds(recipe: Recipe, run_dir: Path) -> list[StageBuild]:
+    """The recipe's stages with their build contexts (exclusion writers under ``<run_dir>/excluded``)."""
+    excluded = run_dir / "excluded" if recipe.output.exclusions else None
+    out = []
+    for i, entry in enumerate(recipe.stage_entries):
+        ctx = BuildContext(run_dir=run_dir, work_dir=run_dir / "work", tasks=recipe.executor.tasks, stage_index=i,
+                           stage_name=entry.name, recipe_name=recipe.name, exclusions_dir=excluded)
+        out.append(StageBuild(f"{i:02d}.{entry.name}", get_stage(entry.name), entry.params, ctx))
+    return out
 
 
 def compile_recipe(recipe: Recipe, run_dir: Path | None = None) -> list[Job]:
-    """The recipe's jobs: segments of per-document steps cut at every barrier, and the barriers' phases.
+    """The recipe's jobs: its readers, stages, output summary and writer, cut at every barrier."""
+    run_dir = Path(run_dir or recipe.resolved_run_dir())
+    tail = [(SUMMARY, "output", OutputSummary(recipe.output.route_by)),
+            (WRITER, "writer", output_writer(recipe.output.path or str(run_dir / "output"), recipe.output.format,
+                                             recipe.output.route_by, declared_metadata(recipe)))]
+    return compile_stages(stage_builds(recipe, run_dir), lambda: _reader_steps(recipe), tail,
+                          work_dir=run_dir / "work",
+                          logs=Path(recipe.logging_dir) if recipe.logging_dir else run_dir / "logs",
+                          tasks=recipe.executor.tasks, workers=recipe.executor.workers)
 
+
+def compile_stages(stages: list[StageBuild], readers: Callable[[], list], tail: list[tuple[str, str, object]], *,
+                   work_dir: Path, logs: Path, tasks: int, workers: int | None) -> list[Job]:
+    """Segments of per-document steps cut at every barrier, and the barriers' phases, as jobs.
+
+    ``readers()`` gives new input steps on every call; ``tail`` (role, label, step) ends the last segment.
     After a barrier, the next segment needs the documents as they were at the cut. Normally the segment
     writes them to an intermediate copy. Where that stream can be regenerated exactly and cheaply (no stage
     since the last copy or the input changed documents, except dedup filters that replay from their own
@@ -205,77 +270,53 @@ def compile_recipe(recipe: Recipe, run_dir: Path | None = None) -> list[Job]:
     filters, labelled internal so their counts are not taken twice. Positions are checked against the ids
     recorded at the cut (``PositionTracker``), so a replay that diverged would stop the run, not mislabel it.
     """
-    run_dir = Path(run_dir or recipe.resolved_run_dir())
-    work_dir = run_dir / "work"
-    logs = Path(recipe.logging_dir) if recipe.logging_dir else run_dir / "logs"
-    tasks = recipe.executor.tasks
-    workers = recipe.executor.workers
-
     jobs: list[Job] = []
     seg = 0
-    pipeline: list = _reader_steps(recipe)
+    pipeline: list = readers()
     labels: list[tuple[str, str]] = [(READER, "reader")] * len(pipeline)
-    # how to regenerate the current segment's starting stream with fresh step objects, and whether every step
-    # added since then is replayable (a barrier's after-steps) or a pass-through recorder
-    replay = lambda: _reader_steps(recipe)  # noqa: E731
+    # the current segment's starting stream, regenerable as: the input (copy is None) or the last intermediate
+    # copy, then the steps of `replay`, in order; valid while `clean` (nothing else changed documents since)
+    copy: Path | None = None
+    replay: list[StageBuild] = []
     clean = True
 
     def close_segment() -> None:
         jobs.append(Job(f"seg{seg:02d}", "segment", pipeline, labels, tasks, workers, logs / f"seg{seg:02d}"))
 
-    for i, entry in enumerate(recipe.stage_entries):
-        spec = get_stage(entry.name)
-        label = f"{i:02d}.{entry.name}"
-        ctx = BuildContext(run_dir=run_dir, work_dir=work_dir, tasks=tasks, stage_index=i, stage_name=entry.name,
-                           recipe_name=recipe.name)
-        built = spec.build(entry.params, ctx)
-        if recipe.output.exclusions:
-            for step in built.after if isinstance(built, Barrier) else built:
-                if hasattr(step, "exclusion_writer") and step.exclusion_writer is None:
-                    step.exclusion_writer = exclusion_writer(str(run_dir / "excluded" / label))
-        if isinstance(built, Barrier):
-            pipeline.extend(built.before)
-            labels.extend([(STAGE, label)] * len(built.before))
-            copy_free = COPY_FREE and clean and _replayable(built)
-            if not copy_free:
-                inter = work_dir / f"seg{seg:02d}"
-                pipeline.append(intermediate_writer(inter))
-                labels.append((INTERNAL, f"seg{seg:02d}.writer"))
-            close_segment()
-            for ph in built.phases:
-                jobs.append(Job(f"{label}.{ph.name}", "phase", ph.pipeline, [(STAGE, label)] * len(ph.pipeline),
-                                ph.tasks, ph.workers, logs / f"{label}.{ph.name}"))
-            seg += 1
-            if copy_free:
-                start = replay()
-                labels = [(INTERNAL, f"seg{seg:02d}.replay")] * len(start)
-
-                def replay(prev=replay, spec=spec, params=entry.params, ctx=ctx):
-                    return prev() + list(spec.build(params, ctx).after)
-            else:
-                start = [intermediate_reader(inter)]
-                labels = [(INTERNAL, f"seg{seg:02d}.reader")]
-
-                def replay(inter=inter, spec=spec, params=entry.params, ctx=ctx):
-                    return [intermediate_reader(inter)] + list(spec.build(params, ctx).after)
-            pipeline = start + list(built.after)
-            labels += [(STAGE, label)] * len(built.after)
-            clean = _replayable(built)
-        else:
+    for stage in stages:
+        built = stage.build()
+        if not isinstance(built, Barrier):
             pipeline.extend(built)
-            labels.extend([(STAGE, label)] * len(built))
-            if clean and built and all(getattr(s, "replays_exactly", False) for s in built):
-                # a deterministic filter (one-pass exact dedup): the next cut may re-run it instead of copying
-
-                def replay(prev=replay, spec=spec, params=entry.params, ctx=ctx):
-                    return prev() + list(spec.build(params, ctx))
+            labels.extend([(STAGE, stage.label)] * len(built))
+            if clean and replayable(built):
+                replay.append(stage)  # a deterministic filter (one-pass dedup): re-run it rather than copy
             else:
                 clean = False
+            continue
+        pipeline.extend(built.before)
+        labels.extend([(STAGE, stage.label)] * len(built.before))
+        copy_free = COPY_FREE and clean and replayable(built)
+        if copy_free:
+            start = (readers() if copy is None else [intermediate_reader(copy)])
+            start += [step for done in replay for step in done.replay_steps()]
+        else:
+            copy, replay = work_dir / f"seg{seg:02d}", []
+            pipeline.append(intermediate_writer(copy))
+            labels.append((INTERNAL, f"seg{seg:02d}.writer"))
+            start = [intermediate_reader(copy)]
+        close_segment()
+        for ph in built.phases:
+            jobs.append(Job(f"{stage.label}.{ph.name}", "phase", ph.pipeline, [(STAGE, stage.label)] * len(ph.pipeline),
+                            ph.tasks, ph.workers, logs / f"{stage.label}.{ph.name}"))
+        seg += 1
+        replay.append(stage)  # its `after` re-runs from the files its phases wrote
+        pipeline = start + list(built.after)
+        labels = [(INTERNAL, f"seg{seg:02d}.{'replay' if copy_free else 'reader'}")] * len(start)
+        labels += [(STAGE, stage.label)] * len(built.after)
+        clean = replayable(built)
 
-    pipeline.append(OutputSummary(recipe.output.route_by))
-    labels.append((SUMMARY, "output"))
-    pipeline.append(output_writer(recipe.output.path or str(run_dir / "output"), recipe.output.format,
-                                  recipe.output.route_by, declared_metadata(recipe)))
-    labels.append((WRITER, "writer"))
+    for role, label, step in tail:
+        pipeline.append(step)
+        labels.append((role, label))
     close_segment()
     return jobs

@@ -28,8 +28,8 @@ class LengthParams(StageParams):
 class LengthFilter(BaseFilter):
     name = "📏 length"
 
-    def __init__(self, min_chars: int, max_chars: int | None):
-        super().__init__()
+    def __init__(self, min_chars: int, max_chars: int | None, exclusion_writer=None):
+        super().__init__(exclusion_writer)
         self.min_chars, self.max_chars = min_chars, max_chars
 
     def filter(self, doc: Document):
@@ -44,7 +44,7 @@ class LengthFilter(BaseFilter):
 @register_stage("length", LengthParams)
 def build_length(p: LengthParams, ctx: BuildContext):
     """Drop documents shorter or longer than a number of characters."""
-    return [LengthFilter(p.min_chars, p.max_chars)]
+    return [LengthFilter(p.min_chars, p.max_chars, ctx.exclusion_writer())]
 
 
 class SampleParams(StageParams):
@@ -57,8 +57,8 @@ class HashSampler(BaseFilter):
 
     name = "🎲 sample"
 
-    def __init__(self, rate: float, seed: int):
-        super().__init__()
+    def __init__(self, rate: float, seed: int, exclusion_writer=None):
+        super().__init__(exclusion_writer)
         self.rate, self.seed = rate, seed
 
     def filter(self, doc: Document):
@@ -71,7 +71,7 @@ class HashSampler(BaseFilter):
 @register_stage("sample", SampleParams)
 def build_sample(p: SampleParams, ctx: BuildContext):
     """Deterministically keep a fraction of documents (by id hash)."""
-    return [HashSampler(p.rate, p.seed)]
+    return [HashSampler(p.rate, p.seed, ctx.exclusion_writer())]
 
 
 class DatatroveParams(StageParams):
@@ -96,5 +96,12 @@ class DatatroveParams(StageParams):
 @register_stage("datatrove", DatatroveParams)
 def build_datatrove(p: DatatroveParams, ctx: BuildContext):
     """Any datatrove step by import path, with keyword arguments (the escape hatch to its ecosystem)."""
+    import inspect
+
     mod, _, attr = p.step.rpartition(".")
-    return [getattr(importlib.import_module(mod), attr)(**p.kwargs)]
+    cls = getattr(importlib.import_module(mod), attr)
+    kwargs = dict(p.kwargs)
+    writer = ctx.exclusion_writer()
+    if writer is not None and issubclass(cls, BaseFilter) and "exclusion_writer" in inspect.signature(cls).parameters:
+        kwargs.setdefault("exclusion_writer", writer)
+    return [cls(**kwargs)]

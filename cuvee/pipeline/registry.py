@@ -88,11 +88,21 @@ class BuildContext:
     stage_name: str
     recipe_name: str = "recipe"
     extra: dict[str, Any] = field(default_factory=dict)
+    exclusions_dir: Path | None = None  # set when output.exclusions asks for dropped documents to be kept
 
     def stage_dir(self, sub: str = "") -> Path:
         """A per-stage folder under work_dir, e.g. for a MinHash index."""
         p = self.work_dir / f"{self.stage_index:02d}_{self.stage_name}"
         return p / sub if sub else p
+
+    def exclusion_writer(self):
+        """A writer for the documents this stage's filters drop (``output.exclusions``), or None: builders
+        pass it to each filter they construct, so the steps are finished when built."""
+        if self.exclusions_dir is None:
+            return None
+        from cuvee.pipeline.writers import exclusion_writer
+
+        return exclusion_writer(str(self.exclusions_dir / f"{self.stage_index:02d}.{self.stage_name}"))
 
 
 @dataclass
@@ -113,6 +123,11 @@ class Barrier:
     ``phases`` executor in order (chained with datatrove's ``depends``), then starts the next segment
     by re-reading the intermediate shards (one file per task, same rank) followed by ``after``.
     Steps in ``before`` must yield every document they receive, in order.
+
+    Steps declare how the compiler may regenerate their stream instead of copying the corpus at a cut, with
+    class attributes: ``passes_through = True`` (documents leave unchanged: a recorder) and
+    ``replays_exactly = True`` (a deterministic function of the input and of files already written: a dedup
+    filter). A barrier whose ``before`` all pass through and whose ``after`` all replay exactly needs no copy.
     """
 
     before: list = field(default_factory=list)

@@ -117,8 +117,9 @@ class ResponseCheck(BaseFilter):
     name = "🔎 response check + charset"
     type = "🔻 - FILTER"
 
-    def __init__(self, statuses: tuple[int, ...] = (200,), content_types: tuple[str, ...] = HTML_TYPES):
-        super().__init__()
+    def __init__(self, statuses: tuple[int, ...] = (200,), content_types: tuple[str, ...] = HTML_TYPES,
+                 exclusion_writer=None):
+        super().__init__(exclusion_writer)
         self.statuses = set(statuses)
         self.content_types = tuple(c.lower() for c in content_types)
 
@@ -166,4 +167,5 @@ class ResponseCheckParams(StageParams):
 @register_stage("response_check", ResponseCheckParams)
 def build_response_check(p: ResponseCheckParams, ctx: BuildContext):
     """Keep HTTP 200 HTML responses and decode them (BOM > HTTP header > <meta> > UTF-8 > byte detection)."""
-    return [ResponseCheck(statuses=tuple(p.statuses), content_types=tuple(p.content_types))]
+    return [ResponseCheck(statuses=tuple(p.statuses), content_types=tuple(p.content_types),
+                          exclusion_writer=ctx.exclusion_writer())]
