@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
+from pathlib import Path
 
 import click
+
+DEBUG_ENV = "CUVEE_DEBUG"  # set to 1: unexpected errors show their traceback (as -v / --verbose does)
 
 # name -> (module:attribute, one-line help)
 LAZY_COMMANDS = {
@@ -23,7 +27,65 @@ LAZY_COMMANDS = {
 }
 
 
+def one_line(message: str) -> str:
+    """A message as one line: its non-empty lines joined by '; ' (by a space after a ':'), whitespace collapsed."""
+    out = ""
+    for line in str(message).splitlines():
+        if line.strip():
+            line = " ".join(line.split())
+            out = f"{out}{' ' if out.endswith(':') else '; ' if out else ''}{line}"
+    return out
+
+
+def _wants_traceback(args: list[str]) -> bool:
+    words = args[: args.index("--")] if "--" in args else args
+    return bool(os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")) or "-v" in words or "--verbose" in words
+
+
+def _fail(message: str, code: int) -> None:
+    sys.stdout.flush()
+    click.echo(f"Error: {one_line(message) or 'failed'}", err=True)
+    sys.exit(code)
+
+
 class LazyGroup(click.Group):
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """Every error ends as ONE line on stderr and a non-zero exit: click's own errors (usage, bad values,
+        refusals raised as ClickException) keep their exit status; anything else is exit 1 with a hint, and
+        its traceback only with -v / --verbose or CUVEE_DEBUG=1."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        args = list(sys.argv[1:] if args is None else args)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        except (click.exceptions.Abort, KeyboardInterrupt):
+            _fail("aborted", 130)
+        except click.UsageError as e:
+            hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+            _fail(e.format_message() + hint, e.exit_code)
+        except click.ClickException as e:
+            if _wants_traceback(args) and (e.__cause__ or e.__context__):
+                import traceback
+
+                traceback.print_exception(e.__cause__ or e.__context__, file=sys.stderr)
+            _fail(e.format_message(), e.exit_code)
+        except BrokenPipeError:
+            sys.exit(141)  # `cuvee stages | head`: not an error worth a line
+        except SystemExit:
+            raise
+        except Exception as e:  # noqa: BLE001 - the one place every unexpected error becomes one line
+            if _wants_traceback(args):
+                import traceback
+
+                traceback.print_exc()
+            what = one_line(str(e)) or "no message"
+            if isinstance(e, OSError):  # a missing or unreadable file the user named: their error, not ours
+                _fail(f"{what} (-v shows the traceback)", 1)
+            _fail(f"{type(e).__name__}: {what} (unexpected; rerun with -v or {DEBUG_ENV}=1 for the traceback)", 1)
+        sys.exit(code if isinstance(code, int) else 0)
+
     def list_commands(self, ctx):
         return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS))
 
@@ -48,8 +110,19 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="cuvee")
+@click.option("-v", "--verbose", "debug", is_flag=True, expose_value=False,
+              help=f"Show the traceback of an unexpected error (as {DEBUG_ENV}=1 does).")
 def main():
-    """cuvee: Common Crawl -> filtered, deduplicated, weighted, tokenized training mix -> ablation runs."""
+    """cuvee: Common Crawl -> filtered, deduplicated, weighted, tokenized training mix -> ablation runs.
+
+    Every error is one line on stderr and a non-zero exit; `cuvee -v COMMAND ...` (or CUVEE_DEBUG=1)
+    adds the traceback of an unexpected one."""
+
+
+def _invalid(recipe, error) -> str:
+    """A recipe error, naming the recipe file when the message does not already (e.g. a missing input path)."""
+    text = str(error)
+    return f"invalid recipe: {text}" if str(recipe) in text else f"invalid recipe {recipe}: {text}"
 
 
 def _overrides(run_dir, tasks, workers, limit, output) -> dict:
@@ -92,11 +165,12 @@ def run(recipe, run_dir, tasks, workers, limit, output, fresh, no_wait, verbose)
         stats = run_recipe(recipe, _overrides(run_dir, tasks, workers, limit, output), progress=True,
                            fresh=fresh, wait=not no_wait, verbose=verbose)
     except RecipeError as e:
-        raise click.ClickException(f"invalid recipe:\n{e}")
+        raise click.ClickException(_invalid(recipe, e)) from None
     except (AccountingError, FolderError) as e:
         raise click.ClickException(str(e))
     if "submitted" in stats:
-        click.echo(f"submitted jobs {', '.join(stats['submitted'])}; merge stats later with `cuvee stats {recipe}`")
+        click.echo(f"submitted jobs {', '.join(stats['submitted'])}; merge stats later with "
+                   f"`cuvee stats {stats['run_dir']}`")
         return
     click.echo(summary_table(stats))
     click.echo(f"output: {stats['output']['path']}   stats: {stats['recipe']['run_dir'] or 'runs/' + stats['recipe_name']}/stats.json")
@@ -114,7 +188,7 @@ def validate(recipe):
         check_inputs(r)
         jobs = compile_recipe(r)
     except RecipeError as e:
-        raise click.ClickException(f"invalid recipe:\n{e}")
+        raise click.ClickException(_invalid(recipe, e)) from None
     click.echo(f"{recipe}: OK ({len(r.stage_entries)} stages, {len(jobs)} jobs: {', '.join(j.name for j in jobs)})")
     if r.input.common_crawl is not None:
         from cuvee.pipeline.plan import snapshot_sample
@@ -145,22 +219,53 @@ def _report_run_folder(recipe) -> None:
     click.echo(f"run folder {run_dir}: same plan, `cuvee run` resumes it")
 
 
+def _recipe_of_run_folder(folder: Path):
+    """The recipe a run folder was run with (``recipe.resolved.json``, overrides included), pointed at
+    ``folder`` if the folder was moved or named by another path."""
+    from cuvee.pipeline.recipe import RecipeError, parse_recipe
+
+    resolved = folder / "recipe.resolved.json"
+    if not resolved.is_file():
+        raise click.ClickException(f"{folder} is not a cuvee run folder (no {resolved.name}); "
+                                   f"give the run folder `cuvee run` wrote, or a recipe file")
+    try:
+        data = json.loads(resolved.read_text())
+    except (OSError, ValueError) as e:
+        raise click.ClickException(f"{resolved}: unreadable ({e})") from None
+    try:
+        recipe = parse_recipe(data, str(resolved))
+    except RecipeError as e:
+        raise click.ClickException(f"invalid recipe {resolved}: {e}") from None
+    same = recipe.resolved_run_dir().resolve() == folder.resolve()
+    return recipe, None if same else {"run_dir": str(folder)}
+
+
 @main.command()
-@click.argument("recipe", type=click.Path(dir_okay=False))
-@click.option("--run-dir", help="Run directory, if not the recipe's.")
-def stats(recipe, run_dir):
-    """Re-merge the stats of a (possibly SLURM or partial) run of RECIPE and print the funnel."""
+@click.argument("target", metavar="RUN_DIR|RECIPE", type=click.Path())
+@click.option("--run-dir", help="With a RECIPE: its run folder, if not the recipe's.")
+def stats(target, run_dir):
+    """Re-merge the stats of a (possibly SLURM or partial) run and print the funnel.
+
+    RUN_DIR is the folder `cuvee run` wrote (as for `cuvee card`); a RECIPE file (with --run-dir if the run
+    used one) is still accepted. Writes RUN_DIR/stats.json."""
     from cuvee.folders import FolderError
     from cuvee.pipeline.recipe import RecipeError
     from cuvee.pipeline.runner import restat
     from cuvee.pipeline.stats import summary_table
 
+    path = Path(target)
+    if path.is_dir():
+        if run_dir:
+            raise click.UsageError("--run-dir goes with a RECIPE; RUN_DIR is already the run folder")
+        recipe, overrides = _recipe_of_run_folder(path)
+    else:
+        recipe, overrides = target, ({"run_dir": run_dir} if run_dir else None)
     try:
-        s = restat(recipe, {"run_dir": run_dir} if run_dir else None)
+        s = restat(recipe, overrides)
     except RecipeError as e:
-        raise click.ClickException(f"invalid recipe:\n{e}")
+        raise click.ClickException(_invalid(target, e)) from None
     except FolderError as e:
-        raise click.ClickException(str(e))
+        raise click.ClickException(str(e)) from None
     click.echo(summary_table(s))
     if not s["complete"]:
         click.echo("(partial run: some tasks have not finished)")
@@ -178,7 +283,9 @@ def stages(name, as_json):
     specs = all_stages()
     if name is not None:
         if name not in specs:
-            raise click.ClickException(f"unknown stage {name!r}; known stages: {', '.join(specs)}")
+            from cuvee.pipeline.recipe import unknown_stage
+
+            raise click.ClickException(unknown_stage(name))
         specs = {name: specs[name]}
     if as_json:
         click.echo(json.dumps({n: s.params.model_json_schema() for n, s in specs.items()}, indent=2))

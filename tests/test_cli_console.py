@@ -29,7 +29,8 @@ def test_quiet_by_default_with_logs_in_the_run_folder(tmp_path):
     assert "Launching pipeline" not in console and "| INFO " not in console and "PIPELINE" not in console
     lines = [ln for ln in console.splitlines() if ln.strip()]
     assert len(lines) < 30, console  # phases + summary table, not hundreds of log lines
-    assert any(ln.startswith("seg00: 2/2 tasks, 50 docs read, 16 kept, 34 dropped") for ln in lines), console
+    assert any(ln.startswith("seg00 (response_check, exact_dedup): 2/2 tasks, 50 docs read, 16 kept, 34 dropped")
+               for ln in lines), console
     assert any(ln.startswith("02.exact_dedup") or ".exact_dedup." in ln for ln in lines)
     assert "records read 50 = kept 16 + dropped 34  [balanced]" in console
     logs = list((tmp_path / "run" / "logs").rglob("task_*.log"))

@@ -139,50 +139,82 @@ def job_progress(job) -> dict:
     return {"done": done, "read": read, "kept": kept}
 
 
-class PhaseProgress:
-    """One progress bar per job, in order; polls completion markers and per-task stats twice a second."""
+def phase_title(job) -> str:
+    """A job's name as the console shows it: a segment says which stages it runs, ``seg00 (url_filter..
+    exact_dedup)``; a whole-corpus phase's name (``02.minhash_dedup.buckets``) already does."""
+    if job.kind != "segment":
+        return job.name
+    names: list[str] = []
+    for role, label in job.labels:
+        name = label.split(".", 1)[-1]
+        if role == "stage" and name not in names:  # the compiler's STAGE role
+            names.append(name)
+    what = "reads and writes" if not names else ", ".join(names) if len(names) <= 2 else f"{names[0]}..{names[-1]}"
+    return f"{job.name} ({what})"
 
-    def __init__(self, jobs, enabled: bool, stream=None):
-        self.jobs, self.enabled = jobs, enabled
+
+def _seconds(s: float) -> str:
+    return f"{s:.1f} s" if s < 120 else f"{int(s) // 60} min {int(s) % 60:02d} s"
+
+
+class PhaseProgress:
+    """One progress line per job, in order; polls completion markers and per-task stats twice a second.
+
+    Each job shows its own time (from when the jobs before it finished to when its last task did) and, while
+    it runs, its own remaining time from its task rate; a job whose tasks had all finished before this run
+    (a resumed run) says "already complete" instead of a rate. ``clock`` is the time source (seconds).
+    """
+
+    def __init__(self, jobs, enabled: bool, stream=None, clock=time.perf_counter):
+        self.jobs, self.enabled, self.clock = jobs, enabled, clock
         self.stream = stream or sys.stderr
         self._stop = threading.Event()
         self._thread = None
-        self._bars: dict[str, object] = {}
+        self._bars: dict[str, object] = {}  # job name -> tqdm bar, or True once its line is final
         self._t0: dict[str, float] = {}
+        self._t1: dict[str, float] = {}  # when each job's last task was seen finished
         self._finished: dict[str, dict] = {}  # progress of jobs whose tasks all finished: never changes again
+        self._already: set[str] = set()  # jobs complete before this run started
 
     def _progress(self, job) -> dict:
         if job.name in self._finished:
             return self._finished[job.name]
         p = job_progress(job)
+        self._t0.setdefault(job.name, self.clock())
         if p["done"] >= job.tasks:
             self._finished[job.name] = p
+            self._t1[job.name] = self.clock()
         return p
 
     @staticmethod
-    def _docs(job, p: dict, took: float) -> str:
+    def _docs(job, p: dict, took: float | None) -> str:
         if job.kind != "segment" or not p["read"]:
             return ""
-        return (f"{p['read']:,} docs read, {p['kept']:,} kept, {p['read'] - p['kept']:,} dropped, "
-                f"{p['read'] / max(1e-9, took):,.0f} docs/s")
+        rate = "" if took is None else f", {p['read'] / max(1e-9, took):,.0f} docs/s"
+        return f"{p['read']:,} docs read, {p['kept']:,} kept, {p['read'] - p['kept']:,} dropped{rate}"
 
     def _line(self, job, p: dict) -> str:
-        took = time.perf_counter() - self._t0.get(job.name, time.perf_counter())
+        """The job's status: tasks, documents, and its own elapsed (and, while running, remaining) time."""
+        if job.name in self._already:
+            docs = self._docs(job, p, None)
+            return f"{phase_title(job)}: already complete ({p['done']}/{job.tasks} tasks{', ' + docs if docs else ''})"
+        took = self._t1.get(job.name, self.clock()) - self._t0.get(job.name, self.clock())
         docs = self._docs(job, p, took)
-        return f"{job.name}: {p['done']}/{job.tasks} tasks{', ' + docs if docs else ''}, {took:.1f} s"
+        timing = _seconds(took)
+        if job.name not in self._t1 and 0 < p["done"] < job.tasks:
+            timing += f", ~{_seconds(took / p['done'] * (job.tasks - p['done']))} left"
+        return f"{phase_title(job)}: {p['done']}/{job.tasks} tasks{', ' + docs if docs else ''}, {timing}"
 
     def _update_plain(self, final: bool) -> None:
         """Not a terminal (CI logs, pipes): one line per phase when it ends, no redraws."""
         for job in self.jobs:
-            self._t0.setdefault(job.name, time.perf_counter())
             p = self._progress(job)
-            if p["done"] >= job.tasks or final:
-                if job.name not in self._bars:
-                    self._bars[job.name] = True
-                    self.stream.write(self._line(job, p) + "\n")
-                    self.stream.flush()
-                continue
-            break
+            if (p["done"] >= job.tasks or final) and job.name not in self._bars:
+                self._bars[job.name] = True
+                self.stream.write(self._line(job, p) + "\n")
+                self.stream.flush()
+            if p["done"] < job.tasks:
+                break  # the jobs after it have not started
 
     def _update(self, final: bool = False) -> None:
         if not getattr(self.stream, "isatty", lambda: False)():
@@ -190,22 +222,30 @@ class PhaseProgress:
         from tqdm import tqdm
 
         for job in self.jobs:  # a job is reached only once every job before it has finished
-            p = self._progress(job)
             bar = self._bars.get(job.name)
-            if bar is None:
-                self._t0[job.name] = time.perf_counter()
-                bar = self._bars[job.name] = tqdm(total=job.tasks, desc=f"{job.name:<28.28}", unit="task",
-                                                  file=self.stream, leave=True, dynamic_ncols=True)
+            if bar is True:  # finished and printed: its line no longer changes
+                continue
+            p = self._progress(job)
+            if bar is None:  # tqdm only redraws the line; what it shows is ours (its clock runs to the end)
+                bar = self._bars[job.name] = tqdm(total=job.tasks, file=self.stream, leave=True,
+                                                  dynamic_ncols=True, bar_format="{desc}")
             bar.n = p["done"]
-            docs = self._docs(job, p, time.perf_counter() - self._t0[job.name])
-            if docs:
-                bar.set_postfix_str(docs, refresh=False)
+            filled = 10 * p["done"] // max(1, job.tasks)
+            title, status = self._line(job, p).split(": ", 1)
+            bar.set_description_str(f"{title}: |{'#' * filled}{' ' * (10 - filled)}| {status}", refresh=False)
             bar.refresh()
+            if p["done"] >= job.tasks or final:
+                bar.close()
+                self._bars[job.name] = True
             if p["done"] < job.tasks:
                 break
 
     def __enter__(self):
         if self.enabled:
+            from cuvee.pipeline.executors import job_completed_ranks
+
+            self._already = {job.name for job in self.jobs if job_completed_ranks(job) >= job.tasks}
+
             def poll():
                 while not self._stop.wait(0.5):
                     self._update()

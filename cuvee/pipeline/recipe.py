@@ -184,14 +184,54 @@ def _cap(problems: list[str]) -> str:
     return "\n".join(shown)
 
 
-def _errors(e: ValidationError, prefix: str, where: str) -> list[str]:
+def did_you_mean(word: Any, options) -> str:
+    """"; did you mean 'x'?" for the closest of ``options`` to a misspelt ``word``, else ''."""
+    import difflib
+
+    if not isinstance(word, str):
+        return ""
+    close = difflib.get_close_matches(word, list(options), n=2, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+def unknown_stage(name: Any) -> str:
+    """The message for a stage name that is not registered: the closest names, not all of them."""
+    from cuvee.pipeline.registry import all_stages
+
+    hint = did_you_mean(name, all_stages())
+    return f"unknown stage {short_repr(name, 80)}{hint or '; `cuvee stages` lists every stage'}"
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation can hold (``X | None``, ``A | B``, ``list[X]``...)."""
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for a in typing.get_args(annotation) for m in _models_in(a)]
+
+
+def _known_keys(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The keys allowed where an unknown key sits: ``loc`` walked down from ``model``'s fields (a union's
+    tag or a list index between two keys keeps the candidates)."""
+    candidates = [model]
+    for part in loc[:-1]:
+        inner = [m for c in candidates if part in c.model_fields for m in _models_in(c.model_fields[part].annotation)]
+        if inner:
+            candidates = inner
+        elif any(part in c.model_fields for c in candidates):
+            return []  # a field that is not a model (a dict of free keys): nothing to suggest
+    return sorted({k for c in candidates for k in c.model_fields})
+
+
+def _errors(e: ValidationError, prefix: str, where: str, model: type[BaseModel] | None = None) -> list[str]:
     lines = []
     for err in e.errors(include_url=False)[: MAX_PROBLEMS + 1]:
         loc = _fmt_loc(err["loc"])
         key = f"{prefix}.{loc}" if prefix else loc
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = "unknown key" + (did_you_mean(err["loc"][-1], _known_keys(model, err["loc"])) if model else "")
         got = err["type"] != "missing" and not isinstance(err.get("input"), dict)
         lines.append(f"{where}: {key}: {msg}" + (f" (got {short_repr(err['input'])})" if got else ""))
     lines.extend([""] * (e.error_count() - len(lines)))  # counted by _cap, never shown
@@ -219,7 +259,7 @@ def parse_recipe(data: Any, where: str = "<recipe>") -> Recipe:
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as e:
-        raise RecipeError(_cap(_errors(e, "", where))) from None
+        raise RecipeError(_cap(_errors(e, "", where, Recipe))) from None
 
     entries: list[StageEntry] = []
     for i, raw in enumerate(recipe.stages):
@@ -231,16 +271,13 @@ def parse_recipe(data: Any, where: str = "<recipe>") -> Recipe:
         try:
             spec = get_stage(name)
         except KeyError:
-            from cuvee.pipeline.registry import all_stages
-
-            known = ", ".join(all_stages())
-            problems.append(f"{where}: {key}.stage: unknown stage {short_repr(name, 80)}; known stages: {known}")
+            problems.append(f"{where}: {key}.stage: {unknown_stage(name)}")
             continue
         params = {k: v for k, v in raw.items() if k != "stage"}
         try:
             validated = spec.params.model_validate(params)
         except ValidationError as e:
-            problems.extend(_errors(e, f"{key}({name})", where))
+            problems.extend(_errors(e, f"{key}({name})", where, spec.params))
             continue
         problems.extend(_min_max_problems(validated, f"{key}({name})", where))
         entries.append(StageEntry(name=name, params=validated))
