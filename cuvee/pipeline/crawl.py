@@ -14,6 +14,7 @@ import hashlib
 import random
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import unquote
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -150,6 +151,24 @@ def sample_indices(total: int, files: int | float, seed: int) -> list[int]:
     return sorted(random.Random(seed).sample(range(total), n))
 
 
+def is_relative_crawl_path(entry: str) -> bool:
+    """True for a listing entry that stays below the base once a server decodes it: no scheme, no leading slash,
+    no ``..`` segment, no control character, after percent-decoding until nothing changes (``%2e%2e``,
+    ``%252e%252e``) and with ``\\`` read as ``/`` (as some servers and S3 gateways do)."""
+    decoded = entry
+    for _ in range(8):
+        step = unquote(decoded)
+        if step == decoded:
+            break
+        decoded = step
+    else:
+        return False  # still changing after 8 rounds: nothing a real listing holds
+    decoded = decoded.replace("\\", "/")
+    if "://" in decoded or decoded.startswith("/") or any(ord(c) < 32 or c == "\x7f" for c in decoded):
+        return False
+    return ".." not in decoded.split("/")
+
+
 _CACHE: dict[str, SnapshotSample] = {}
 
 
@@ -166,7 +185,7 @@ def expand(cfg: CommonCrawlInput, policy: RetryPolicy | None = None) -> Snapshot
     paths = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if not paths:
         raise ListingError(f"common_crawl: listing {cfg.listing_url()} is empty")
-    bad = [p for p in paths if "://" in p or p.startswith("/") or ".." in p.split("/")]
+    bad = [p for p in paths if not is_relative_crawl_path(p)]
     if bad:
         raise ListingError(f"common_crawl: listing {cfg.listing_url()} holds {len(bad)} entries that are not "
                            f"relative crawl paths, e.g. {bad[0][:120]!r}")
