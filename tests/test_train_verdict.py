@@ -1,12 +1,23 @@
 """Paired anneal verdicts (cuvee.train.verdict): t quantiles, calibration under the null, power under a
 planted effect, "inconclusive" (never "no difference") when underpowered, MDE falling with more seeds."""
 
+import itertools
 import math
 
 import numpy as np
 import pytest
 
-from cuvee.train.verdict import BETTER, EQUIVALENT, INCONCLUSIVE, WORSE, compare, components, mde, t_ppf, t_sf
+from cuvee.train.verdict import (
+    BETTER,
+    EQUIVALENT,
+    INCONCLUSIVE,
+    WORSE,
+    compare,
+    components,
+    mde,
+    t_ppf,
+    t_sf,
+)
 
 
 def synthetic(rng, n_seeds, n_docs, effect=0.0, seed_sd=0.02, doc_sd=0.02, inter_sd=0.05):
@@ -81,7 +92,7 @@ def test_mde_decreases_with_more_seeds_and_documents():
     comp = components(np.asarray(
         compare(*synthetic(rng, 3, 50)).per_seed_effect)[:, None] + rng.normal(0, 0.05, (3, 50)))
     by_seeds = [mde(comp, n, 50) for n in (2, 3, 5, 10, 40)]
-    assert all(a > b for a, b in zip(by_seeds, by_seeds[1:]))
+    assert all(a > b for a, b in itertools.pairwise(by_seeds))
     assert mde(comp, 3, 5000) < mde(comp, 3, 50)
 
 
@@ -119,3 +130,53 @@ def test_inconclusive_plans_are_consistent():
         else:
             assert "already below" in v.reason and v.mde <= abs(v.effect) + 1e-12
     assert seen >= 10
+
+
+# ---- Student t from scipy: the verdicts stay what the hand-written distribution gave (to ~1e-9) -------------
+# reference values computed with the hand-written continued-fraction / bisection code this module used before
+_SF_BEFORE = [(0.5, 1, 0.35241638234956707), (2.0, 2, 0.09175170953613687), (2.5, 3.7, 0.035911011455913334),
+              (-1.3, 5, 0.8748496829146608), (4.0, 10.5, 0.001143064038628105),
+              (1.96, 10000000.0, 0.024997895148220435), (3.0, 30, 0.00269498203282593),
+              (10.0, 2.2, 0.003552231855129224)]
+_PPF_BEFORE = [(0.975, 1, 12.706204736172367), (0.975, 2, 4.302652729749752), (0.8, 3.7, 0.9498778242964363),
+               (0.975, 12.5, 2.1691859427128293), (0.025, 4, -2.776445105198036), (0.99, 100, 2.3642173662383357)]
+
+
+def test_student_t_comes_from_scipy_and_matches_the_old_values():
+    import scipy.stats
+
+    from cuvee.train import verdict
+
+    assert not hasattr(verdict, "_betainc") and not hasattr(verdict, "_betacf")  # no hand-written special functions
+    for t, df, before in _SF_BEFORE:
+        assert math.isclose(verdict.t_sf(t, df), before, rel_tol=1e-9, abs_tol=0)
+        if df <= 1e6:
+            assert verdict.t_sf(t, df) == float(scipy.stats.t.sf(t, df))
+    for q, df, before in _PPF_BEFORE:
+        assert math.isclose(verdict.t_ppf(q, df), before, rel_tol=1e-9, abs_tol=0)
+
+
+@pytest.mark.parametrize("seed,n_docs,shift,noise,margin,before", [
+    (7, 40, 0.004, 0.01, 0.005, {"effect": 0.008929883508761616, "ci95": [0.0014825593983271391, 0.01637720761919609],
+                                      "p_value": 0.03740652307346857, "se": 0.0014090113502899925, "df": 1.6555245011646442,
+                                      "mde": 0.009021487208924508, "seeds_needed": None, "docs_needed": None,
+                                      "verdict": "candidate better"}),
+    (11, 60, 0.0005, 0.02, 0.001, {"effect": -0.0014891197242701167,
+                                        "ci95": [-0.008211993797126959, 0.005233754348586726],
+                                        "p_value": 0.45925874648491016, "se": 0.0016608293021073844, "df": 2.137561377813706,
+                                        "mde": 0.0084568007805462, "seeds_needed": 68, "docs_needed": 4672,
+                                        "verdict": "inconclusive"}),
+])
+def test_compare_gives_the_same_verdict_as_before_scipy(seed, n_docs, shift, noise, margin, before):
+    rng = np.random.default_rng(seed)
+    w = rng.integers(200, 2000, n_docs).astype(float)
+    ctrl = rng.normal(1.0, 0.1, (3, n_docs)) * w
+    cand = ctrl - shift * w + rng.normal(0, noise, (3, n_docs)) * w
+    got = compare(cand, ctrl, weights=w, scale=1 / np.log(2), margin=margin).to_dict()
+    for key, value in before.items():
+        if isinstance(value, float):
+            assert math.isclose(got[key], value, rel_tol=1e-9), key
+        elif isinstance(value, list):
+            assert all(math.isclose(a, b, rel_tol=1e-9) for a, b in zip(got[key], value)), key
+        else:
+            assert got[key] == value, key
