@@ -47,7 +47,6 @@ every seed's run folder is bound on its own, so adding seeds to an inconclusive 
 
 from __future__ import annotations
 
-import json
 import math
 from contextlib import ExitStack
 from pathlib import Path
@@ -59,12 +58,24 @@ import xxhash
 from pydantic import Field, field_validator, model_validator
 
 from cuvee.folders import FolderLock, bind, claim, clean_stale_tmp, empty_owned
-from cuvee.train.checkpoint import average_state_dicts, checkpoint_identity, list_checkpoints, load_checkpoint
-from cuvee.train.config import DataConfig, ModelConfig, OptimConfig, TrainConfig, _Strict
+from cuvee.train.checkpoint import (
+    average_state_dicts,
+    checkpoint_identity,
+    list_checkpoints,
+    load_checkpoint,
+)
+from cuvee.train.config import (
+    DataConfig,
+    ModelConfig,
+    OptimConfig,
+    TrainConfig,
+    _Strict,
+)
 from cuvee.train.evaluate import evaluate, public
 from cuvee.train.model import Llama
 from cuvee.train.schedule import lr_at
 from cuvee.train.shards import open_shards
+from cuvee.train.strict_json import dumps as strict_dumps
 from cuvee.train.trainer import train
 from cuvee.train.verdict import BETTER, WORSE, compare
 
@@ -76,15 +87,15 @@ class AnnealConfig(_Strict):
     control: list[str]
     tokens: int = Field(..., gt=0)  # anneal budget per run
     eval: dict[str, str]  # eval source name -> held-out shards (disjoint from both arms' sources)
-    seq_len: int | None = None  # default: the checkpoint's
-    micro_batch: int | None = None
-    grad_accum: int = 1
-    lr: float | None = None  # default: the checkpoint run's LR at its last step (peak if that was ~0)
+    seq_len: int | None = Field(None, gt=1, le=1 << 20)  # default: the checkpoint's
+    micro_batch: int | None = Field(None, gt=0, le=1 << 16)
+    grad_accum: int = Field(1, gt=0, le=1 << 16)
+    lr: float | None = Field(None, gt=0)  # default: the checkpoint run's LR at its last step (peak if that was ~0)
     seeds: list[int] = [0, 1, 2]  # paired: each seed runs both arms; >= 3 for a usable seed-noise estimate
     order: Literal["global", "mix", "window"] = "window"  # loader document order of both arms (see module doc)
     window: int = Field(1024, gt=0)
     average_last: int = Field(3, ge=1)
-    eval_docs: int = 200  # eval pool: the first eval_docs documents of each eval set, before dedup/decontam
+    eval_docs: int = Field(200, gt=0)  # eval pool: the first eval_docs documents of each eval set, before dedup/decontam
     equivalence_margin: float | None = Field(0.005, ge=0)  # relative to the control's metric; None: never "equivalent"
     alpha: float = Field(0.05, gt=0, lt=1)
     decontaminate: bool = True  # run cuvee.train.decontam (when present) before training
@@ -95,7 +106,7 @@ class AnnealConfig(_Strict):
     downstream: list[str] = []
     downstream_limit: int | None = Field(None, gt=0)
     out_dir: str = "runs/anneal/${name}"
-    threads: int = 0
+    threads: int = Field(0, ge=0, le=4096)
 
     @field_validator("seeds")
     @classmethod
@@ -270,7 +281,7 @@ def _clean_eval_sets(ac: AnnealConfig, eval_sets: dict, say) -> tuple[dict[str, 
             info[name]["train_sources"] = details.get("train_sources")
             info[name]["parameters"] = details.get("parameters")
     for name in eval_sets:
-        info[name]["scored"] = int(len(keep[name]))
+        info[name]["scored"] = len(keep[name])
         if not len(keep[name]):
             raise ValueError(f"eval source {name!r}: no documents left after dedup/decontamination")
         i = info[name]
@@ -353,7 +364,7 @@ def _run_anneal(ac: AnnealConfig, state: dict, quiet: bool) -> dict:
                 den = (r["doc_bytes"] if unit == "bpb" else r["doc_tokens"])[k].astype(np.float64)
                 denoms[name] = (unit, den)
                 value = float(r["doc_nats"][k].sum() / den.sum() / (math.log(2) if unit == "bpb" else 1.0))
-                evals[name] = public(r) | {"scored_documents": int(len(k)), unit: value}
+                evals[name] = public(r) | {"scored_documents": len(k), unit: value}
             results[arm][seed] = {"final_train_loss": run["losses"][max(run["losses"])] if run["losses"] else None,
                                   "averaged_checkpoints": [p.name for p in last], "eval": evals}
             if ac.downstream:
@@ -379,14 +390,14 @@ def _run_anneal(ac: AnnealConfig, state: dict, quiet: bool) -> dict:
             "metric": unit, "candidate": float(per_seed["candidate"].mean()), "control": float(per_seed["control"].mean()),
             "candidate_per_seed": per_seed["candidate"].tolist(), "control_per_seed": per_seed["control"].tolist(),
             **v, "delta_control_minus_candidate": v["effect"], "beyond_noise": v["verdict"] in (BETTER, WORSE),
-            "documents": int(len(den)),
+            "documents": len(den),
         }
     if ac.downstream:
         report["downstream"] = _downstream_summary(ac, results)
     report["runs"] = {arm: {str(s): {k: v for k, v in r.items() if k != "eval"} | {
         "eval": {n: {k: v for k, v in e.items() if not k.startswith("doc_")} for n, e in r["eval"].items()}}
         for s, r in runs.items()} for arm, runs in results.items()}
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=_json_default))
+    (out / "report.json").write_text(strict_dumps(report, indent=2, default=_json_default))  # NaN/inf -> null
     (out / "report.md").write_text(render_markdown(report))
     say(render_markdown(report))
     return report

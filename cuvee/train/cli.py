@@ -4,33 +4,99 @@ from __future__ import annotations
 
 import json
 import os
+import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
 import click
-import yaml
+
+from cuvee.yaml_safe import YamlLoadError, load_yaml
+
+_USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)  # + the cuvee error types below
+
+
+def _user_error_types() -> tuple[type[BaseException], ...]:
+    from cuvee.folders import FolderError
+    from cuvee.train.checkpoint import CheckpointError
+    from cuvee.train.trainer import TrainingDiverged
+
+    return _USER_ERRORS + (FolderError, CheckpointError, TrainingDiverged)
 
 
 @contextmanager
-def _user_errors():
-    """Folder and checkpoint refusals are answers for the user, not bugs: one line, no traceback."""
-    from cuvee.folders import FolderError
-    from cuvee.train.checkpoint import CheckpointError
+def _user_errors(verbose: bool = False):
+    """Every failure is one line on stderr and exit status 1; ``-v`` prints the traceback first.
 
+    Refusals (bad config, missing data, folder in use, divergence) are answers for the user; anything else
+    is reported the same way, named as unexpected, so that no command ends in a bare traceback."""
     try:
         yield
-    except (FolderError, CheckpointError) as e:
-        raise click.ClickException(" ".join(str(e).split())) from None
+        return
+    except click.ClickException:
+        raise
+    except Exception as e:  # noqa: BLE001 - the one place a command's failure becomes its one line
+        if verbose:
+            traceback.print_exc()
+        text = " ".join(str(e).split()) or type(e).__name__
+        if not isinstance(e, _user_error_types()):
+            text = f"unexpected {type(e).__name__}: {text} (rerun with -v for the traceback)"
+    raise click.ClickException(text[:2000])  # outside the handler: the traceback is printed once, with -v only
 
 
 def _parse_overrides(pairs: tuple[str, ...]) -> dict:
+    from cuvee.train.config import ConfigError
+
     out = {}
     for pair in pairs:
         if "=" not in pair:
-            raise click.BadParameter(f"{pair!r}: expected key=value (e.g. steps=50, optim.lr=1e-3)")
+            raise ConfigError(f"--set {pair!r}: expected key=value (e.g. steps=50, optim.lr=1e-3)")
         key, value = pair.split("=", 1)
-        out[key] = yaml.safe_load(value)
+        try:
+            out[key] = load_yaml(value, f"--set {key}")
+        except YamlLoadError as e:
+            raise ConfigError(" ".join(str(e).split())) from None
     return out
+
+
+# what --demo-data builds (cuvee/train/demo_data.py): a missing one of these names the flag that makes it
+_DEMO_PARTS = ("default", "candidate", "control", "heldout_clean", "heldout_shuffled")
+
+
+def _demo_data_ready(root: Path) -> bool:
+    return all((root / part / "manifest.json").is_file() for part in _DEMO_PARTS)
+
+
+def _build_demo_data(root: Path) -> None:
+    """The byte-level demo shards, built once into a folder cuvee owns (kind "mix"), under its lock."""
+    from cuvee.folders import claim, locked
+    from cuvee.train.demo_data import build_demo_data
+
+    claim(root, "mix", what="demo data folder")
+    with locked(root, "demo data folder"):
+        if not _demo_data_ready(root):
+            build_demo_data(root)
+
+
+def _shard_path_exists(p: str) -> bool:
+    path = Path(p)
+    return path.exists() or Path(f"{p}.idx").exists() or path.with_suffix(".idx").exists()
+
+
+def _check_data_paths(cfg, config: str) -> None:
+    """A missing data or eval path is one line naming it and the command that creates it, before any work."""
+    wanted = [("data.paths", p) for p in cfg.data.paths] + [(f"eval_paths.{k}", p) for k, p in cfg.eval_paths.items()]
+    for key, p in wanted:
+        if _shard_path_exists(p):
+            continue
+        path = Path(p)
+        if path.name in _DEMO_PARTS:
+            how = (f"build the bundled demo shards first: cuvee train {config} --demo-data {path.parent}")
+        elif path.parts[-2:] == ("demo", "mix"):
+            how = f"run `cuvee demo` first (it writes {path}), then: cuvee train {config}"
+        else:
+            how = ("point it at a `cuvee mix` output folder (--set 'data.paths=[DIR]'), or try the bundled demo "
+                   "data: cuvee train configs/train/tiny.yaml --demo-data runs/train_demo_data")
+        raise click.ClickException(f"{config}: {key} {p} does not exist; {how}")
 
 
 @click.command("train")
@@ -42,17 +108,17 @@ def _parse_overrides(pairs: tuple[str, ...]) -> dict:
               help="first build the byte-level demo shards (data/curated) into this directory if missing")
 @click.option("--stop-after", type=int, default=None, help="stop (with a checkpoint) after this many steps in total")
 @click.option("--export-hf", type=click.Path(), default=None, help="after training, export the model to this HF dir")
-def train(config, overrides, no_resume, demo_data, stop_after, export_hf):
+@click.option("-v", "--verbose", is_flag=True, help="print the traceback of an error before its one-line message")
+def train(config, overrides, no_resume, demo_data, stop_after, export_hf, verbose):
     """Train a Llama-style model per CONFIG (configs/train/*.yaml); resumes from its checkpoints."""
-    from cuvee.train.config import load_train_config
-    from cuvee.train.trainer import train as run_train
+    with _user_errors(verbose):
+        from cuvee.train.config import load_train_config
+        from cuvee.train.trainer import train as run_train
 
-    if demo_data and not (Path(demo_data) / "default" / "manifest.json").exists():
-        from cuvee.train.demo_data import build_demo_data
-
-        build_demo_data(demo_data)
-    cfg = load_train_config(config, _parse_overrides(overrides))
-    with _user_errors():
+        cfg = load_train_config(config, _parse_overrides(overrides))  # the config first: a typo costs nothing
+        if demo_data and not _demo_data_ready(Path(demo_data)):
+            _build_demo_data(Path(demo_data))
+        _check_data_paths(cfg, config)
         result = run_train(cfg, resume=not no_resume, stop_after=stop_after)
         if export_hf and result["checkpoint"] and os.environ.get("RANK", "0") == "0":
             from cuvee.train.hf_export import export_checkpoint
@@ -78,22 +144,35 @@ def train(config, overrides, no_resume, demo_data, stop_after, export_hf):
 @click.option("--set", "overrides", multiple=True, help="override any anneal config key: --set micro_batch=4")
 @click.option("--no-resume", is_flag=True,
               help="start over: empty the output directory (only if cuvee created it) instead of resuming its runs")
-def anneal(config, checkpoint, candidate, control, tokens, evals, seeds, average_last, out_dir, overrides, no_resume):
+@click.option("-v", "--verbose", is_flag=True, help="print the traceback of an error before its one-line message")
+def anneal(config, checkpoint, candidate, control, tokens, evals, seeds, average_last, out_dir, overrides, no_resume,
+           verbose):
     """Anneal CHECKPOINT on a candidate and a control mix (LR linearly to 0); compare held-out loss/bpb."""
-    from cuvee.train.anneal import AnnealConfig, run_anneal
+    with _user_errors(verbose):
+        from cuvee.train.anneal import AnnealConfig, run_anneal
+        from cuvee.train.config import (
+            ConfigError,
+            apply_overrides,
+            build_config,
+            read_config_yaml,
+        )
 
-    from cuvee.yaml_safe import load_yaml
-
-    raw = load_yaml(Path(config).read_text(), str(config)) if config else {}
-    cli = {"checkpoint": checkpoint, "candidate": list(candidate) or None, "control": list(control) or None,
-           "tokens": tokens, "average_last": average_last, "out_dir": out_dir,
-           "seeds": [int(s) for s in seeds.split(",")] if seeds else None,
-           "eval": dict(e.split("=", 1) for e in evals) or None}
-    raw.update({k: v for k, v in cli.items() if v is not None})
-    raw.update(_parse_overrides(overrides))
-    with _user_errors():
-        report = run_anneal(AnnealConfig(**raw), fresh=no_resume)
-    click.echo(f"report: {AnnealConfig(**raw).resolved_out_dir() / 'report.md'}")
+        where = config or "anneal options"
+        raw = read_config_yaml(config) if config else {}
+        if any("=" not in e for e in evals):
+            raise ConfigError(f"--eval {next(e for e in evals if '=' not in e)!r}: expected NAME=PATH")
+        try:
+            seed_list = [int(s) for s in seeds.split(",")] if seeds else None
+        except ValueError:
+            raise ConfigError(f"--seeds {seeds!r}: expected comma-separated integers, e.g. 0,1,2") from None
+        cli = {"checkpoint": checkpoint, "candidate": list(candidate) or None, "control": list(control) or None,
+               "tokens": tokens, "average_last": average_last, "out_dir": out_dir, "seeds": seed_list,
+               "eval": dict(e.split("=", 1) for e in evals) or None}
+        raw.update({k: v for k, v in cli.items() if v is not None})
+        apply_overrides(raw, _parse_overrides(overrides), where)
+        ac = build_config(AnnealConfig, raw, where)
+        report = run_anneal(ac, fresh=no_resume)
+    click.echo(f"report: {ac.resolved_out_dir() / 'report.md'}")
     return report
 
 
@@ -104,13 +183,12 @@ def anneal(config, checkpoint, candidate, control, tokens, evals, seeds, average
 @click.option("--limit", type=int, default=None, help="evaluate only the first N items of each task")
 @click.option("--batch-size", default="8", help="lm-eval batch size (an int, or 'auto')")
 @click.option("--device", default="cpu")
-def eval_downstream(model_dir, tasks, limit, batch_size, device):
+@click.option("-v", "--verbose", is_flag=True, help="print the traceback of an error before its one-line message")
+def eval_downstream(model_dir, tasks, limit, batch_size, device, verbose):
     """Multiple-choice accuracy (acc, acc_norm +- stderr) of an exported HF model via lm-eval, offline."""
-    from cuvee.train.lm_eval_backend import EvalTaskError, evaluate_hf
+    with _user_errors(verbose):
+        from cuvee.train.lm_eval_backend import evaluate_hf
 
-    try:
         res = evaluate_hf(model_dir, list(tasks), limit=limit, device=device,
                           batch_size=int(batch_size) if batch_size.isdigit() else batch_size)
-    except EvalTaskError as e:
-        raise click.ClickException(str(e)) from None
     click.echo(json.dumps(res, indent=2))

@@ -5,29 +5,39 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
+
+from cuvee.train.config_errors import ConfigError, describe, did_you_mean
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # unknown keys are refused (a typo must not silently keep a default); NaN and infinity are refused for every
+    # float, before any range check: a NaN compares false with every bound, so ``gt=0`` alone lets it through
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ModelConfig(_Strict):
     """Llama-style decoder hyper-parameters (names follow Llama / HF ``LlamaConfig``)."""
 
-    vocab_size: int = Field(..., gt=0)
-    dim: int = Field(..., gt=0)
-    n_layers: int = Field(..., gt=0)
-    n_heads: int = Field(..., gt=0)
-    n_kv_heads: int | None = None  # None = n_heads (no grouping)
-    ffn_dim: int | None = None  # None = Llama rule: 2/3 * 4 * dim rounded up to multiple_of
-    multiple_of: int = 64
-    rope_theta: float = 500_000.0  # Llama 3 value; Llama 2 used 10,000
-    norm_eps: float = 1e-5
-    max_seq_len: int = 4096
+    vocab_size: int = Field(..., gt=0, le=1 << 24)
+    dim: int = Field(..., gt=0, le=1 << 16)
+    n_layers: int = Field(..., gt=0, le=1024)
+    n_heads: int = Field(..., gt=0, le=1024)
+    n_kv_heads: int | None = Field(None, gt=0)  # None = n_heads (no grouping)
+    ffn_dim: int | None = Field(None, gt=0, le=1 << 18)  # None = Llama rule: 2/3 * 4 * dim rounded up to multiple_of
+    multiple_of: int = Field(64, gt=0)
+    rope_theta: float = Field(500_000.0, gt=0)  # Llama 3 value; Llama 2 used 10,000
+    norm_eps: float = Field(1e-5, gt=0)
+    max_seq_len: int = Field(4096, gt=1, le=1 << 20)
     tie_embeddings: bool = False
-    init_std: float = 0.02
+    init_std: float = Field(0.02, gt=0)
 
     @model_validator(mode="after")
     def _check(self):
@@ -59,10 +69,10 @@ class ModelConfig(_Strict):
 # Named sizes. ~125M follows GPT-3 small shapes; ~1B follows Llama 3.2 1B (tied embeddings). With cl100k's
 # 100k vocabulary they hold ~152M / ~1.18B parameters (~75M / ~0.97B outside the embedding matrix).
 MODEL_PRESETS: dict[str, dict] = {
-    "tiny": dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=512),
-    "small": dict(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, max_seq_len=1024),
-    "125m": dict(dim=768, n_layers=12, n_heads=12, n_kv_heads=4, max_seq_len=4096, tie_embeddings=True),
-    "1b": dict(dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, ffn_dim=8192, max_seq_len=4096, tie_embeddings=True),
+    "tiny": {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 512},
+    "small": {"dim": 128, "n_layers": 4, "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 1024},
+    "125m": {"dim": 768, "n_layers": 12, "n_heads": 12, "n_kv_heads": 4, "max_seq_len": 4096, "tie_embeddings": True},
+    "1b": {"dim": 2048, "n_layers": 16, "n_heads": 32, "n_kv_heads": 8, "ffn_dim": 8192, "max_seq_len": 4096, "tie_embeddings": True},
 }
 
 
@@ -70,7 +80,7 @@ class DataConfig(_Strict):
     """Where the packed loader reads tokens: a mixer output dir (manifest.json), a shard prefix, or a mix YAML."""
 
     paths: list[str]
-    seq_len: int = Field(256, gt=1)
+    seq_len: int = Field(256, gt=1, le=1 << 20)
     seed: int = 1234
     add_eos: bool = True  # append the manifest's EOS to documents that do not already end with it
     # document order (cuvee/train/loader.py): "global" reshuffles all documents every epoch (the share of each
@@ -97,11 +107,11 @@ class OptimConfig(_Strict):
     warmup_steps: int = Field(0, ge=0)
     schedule: Literal["cosine", "wsd", "constant", "linear"] = "cosine"
     decay_frac: float = Field(0.2, gt=0, le=1)  # WSD: fraction of steps spent decaying
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    eps: float = 1e-8
-    grad_clip: float = 1.0  # 0 disables clipping
+    weight_decay: float = Field(0.1, ge=0)
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.95, ge=0, lt=1)
+    eps: float = Field(1e-8, gt=0)
+    grad_clip: float = Field(1.0, ge=0)  # 0 disables clipping
 
 
 class TrainConfig(_Strict):
@@ -111,8 +121,8 @@ class TrainConfig(_Strict):
     optim: OptimConfig = OptimConfig()
     out_dir: str = "runs/train/${name}"
     steps: int = Field(100, gt=0)
-    micro_batch: int = Field(8, gt=0)
-    grad_accum: int = Field(1, gt=0)
+    micro_batch: int = Field(8, gt=0, le=1 << 16)
+    grad_accum: int = Field(1, gt=0, le=1 << 16)
     seed: int = 0
     attention: Literal["auto", "sdpa", "flex", "varlen"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 autocast on GPU, fp32 on CPU
@@ -129,7 +139,19 @@ class TrainConfig(_Strict):
     keep_checkpoints: int = Field(2, ge=1)
     eval_paths: dict[str, str] = {}  # name -> held-out shard dir/prefix, evaluated at the end (loss, bpb)
     eval_docs: int = Field(200, gt=0)
-    threads: int = Field(0, ge=0)  # torch CPU threads; 0 = leave torch's default
+    threads: int = Field(0, ge=0, le=4096)  # torch CPU threads; 0 = leave torch's default
+    # a step whose loss or gradient norm is NaN/inf: "stop" (default) ends the run with an error before the
+    # weights are updated; "skip" drops that step's update and goes on (logged as a "skip" event). Either way
+    # a checkpoint is written only from finite weights (cuvee/train/trainer.py)
+    on_nonfinite: Literal["stop", "skip"] = "stop"
+
+    @model_validator(mode="after")
+    def _check_model(self):
+        """The model spec and its fit with the data settings are checked now, not after the data is opened."""
+        m = self.resolved_model(vocab_size=self.vocab_multiple)  # placeholder vocabulary: the data gives the real one
+        if self.data.seq_len > m.max_seq_len:
+            raise ValueError(f"data.seq_len {self.data.seq_len} exceeds model.max_seq_len {m.max_seq_len}")
+        return self
 
     def resolved_out_dir(self) -> Path:
         return Path(self.out_dir.replace("${name}", self.name))
@@ -143,31 +165,65 @@ class TrainConfig(_Strict):
             m = {"preset": m}
         m = dict(m)
         preset = m.pop("preset", None)
-        if preset and preset not in MODEL_PRESETS:
-            raise ValueError(f"unknown model preset {preset!r}; known: {sorted(MODEL_PRESETS)}")
+        if preset is not None and preset not in MODEL_PRESETS:
+            raise ValueError(f"unknown model preset {preset!r}" + did_you_mean(str(preset), sorted(MODEL_PRESETS)))
         base = dict(MODEL_PRESETS[preset]) if preset else {}
         base.update(m)
         if "vocab_size" not in base:
             if vocab_size is None:
                 raise ValueError("model.vocab_size is not set and the data manifest gives none")
             base["vocab_size"] = -(-vocab_size // self.vocab_multiple) * self.vocab_multiple
-        return ModelConfig(**base)
+        try:
+            return ModelConfig(**base)
+        except ValidationError as e:
+            raise ValueError(describe(e, ModelConfig, "model.")) from None
 
 
 def load_train_config(path: str | Path, overrides: dict | None = None) -> TrainConfig:
-    """Read a YAML train config; relative data/eval paths are resolved against the current directory."""
-    from cuvee.yaml_safe import load_yaml
+    """Read a YAML train config; relative data/eval paths are resolved against the current directory.
 
-    raw = load_yaml(Path(path).read_text(), str(path))  # alias bombs refused (ValueError)
+    Raises :class:`ConfigError` (one line naming the file and the key) for unreadable YAML, alias bombs,
+    unknown keys and out-of-range or non-finite values."""
+    raw = read_config_yaml(path)
+    apply_overrides(raw, overrides or {}, path)
+    return build_config(TrainConfig, raw, path)
+
+
+def read_config_yaml(path: str | Path) -> dict:
+    """A config file as a mapping; every failure is a one-line :class:`ConfigError`."""
+    from cuvee.yaml_safe import YamlLoadError, load_yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read the config: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        raw = load_yaml(text, str(path))  # alias bombs and recursive aliases refused
+    except YamlLoadError as e:
+        raise ConfigError(" ".join(str(e).split())) from None
+    if raw is None:
+        return {}
     if not isinstance(raw, dict):
-        raise ValueError(f"{path}: expected a mapping at top level")
-    for key, value in (overrides or {}).items():
-        _set_dotted(raw, key, value)
-    return TrainConfig(**raw)
+        raise ConfigError(f"{path}: expected a mapping of keys at top level, got {type(raw).__name__}")
+    return raw
 
 
-def _set_dotted(d: dict, dotted: str, value) -> None:
-    keys = dotted.split(".")
-    for k in keys[:-1]:
-        d = d.setdefault(k, {})
-    d[keys[-1]] = value
+def build_config(cls: type[_Strict], raw: dict, where: str | Path):
+    """``cls(**raw)``, with a validation failure turned into one :class:`ConfigError` line."""
+    try:
+        return cls(**raw)
+    except ValidationError as e:
+        raise ConfigError(f"{where}: {describe(e, cls)}") from None
+    except (TypeError, ValueError) as e:  # e.g. a non-string key at top level
+        raise ConfigError(f"{where}: {' '.join(str(e).split())}") from None
+
+
+def apply_overrides(raw: dict, overrides: dict, where: str | Path) -> None:
+    for key, value in overrides.items():
+        keys = str(key).split(".")
+        d = raw
+        for k in keys[:-1]:
+            d = d.setdefault(k, {})
+            if not isinstance(d, dict):
+                raise ConfigError(f"{where}: --set {key}: {k!r} is not a mapping of keys in this config")
+        d[keys[-1]] = value

@@ -19,7 +19,14 @@ from pathlib import Path
 
 import torch
 
-from cuvee.folders import FolderError, FolderLock, bind, claim, clean_stale_tmp, empty_owned
+from cuvee.folders import (
+    FolderError,
+    FolderLock,
+    bind,
+    claim,
+    clean_stale_tmp,
+    empty_owned,
+)
 from cuvee.train import checkpoint as ckpt
 from cuvee.train import distributed as dist_utils
 from cuvee.train.attention import build_doc_mask, resolve_backend
@@ -30,8 +37,13 @@ from cuvee.train.mfu import flops_per_token, mfu, peak_flops
 from cuvee.train.model import Llama
 from cuvee.train.schedule import lr_at
 from cuvee.train.shards import data_identity, open_shards
+from cuvee.train.strict_json import dumps as strict_dumps
 
 log = logging.getLogger(__name__)
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss, the gradients or the weights stopped being finite; the message names the step and the value."""
 
 
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
@@ -47,6 +59,8 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Ada
 
 
 class JsonlLog:
+    """``log.jsonl``, strict JSON: a non-finite value is written as null (a diverged run stops, see below)."""
+
     def __init__(self, path: Path, enabled: bool):
         self.path, self.enabled = path, enabled
         if enabled:
@@ -55,7 +69,7 @@ class JsonlLog:
     def write(self, record: dict) -> None:
         if self.enabled:
             with open(self.path, "a") as f:
-                f.write(json.dumps(record) + "\n")
+                f.write(strict_dumps(record) + "\n")
 
 
 def train(cfg: TrainConfig, resume: bool = True, stop_after: int | None = None, init_from: str | Path | None = None,
@@ -98,6 +112,7 @@ def _train(cfg: TrainConfig, info, held: ExitStack, resume: bool, stop_after: in
         raise ValueError(f"model vocab_size {mcfg.vocab_size} < tokenizer vocab_size {shards.vocab_size}")
     if cfg.data.seq_len > mcfg.max_seq_len:
         raise ValueError(f"seq_len {cfg.data.seq_len} exceeds model max_seq_len {mcfg.max_seq_len}")
+    eval_sets = {name: open_shards(path) for name, path in cfg.eval_paths.items()}  # a missing one fails now
     _open_out_dir(out_dir, _binding(cfg, mcfg, shards, info, init_from, init_optimizer, peak_lr), resume, info, held)
     loader = PackedLoader(shards, cfg.data.seq_len, cfg.micro_batch, seed=cfg.data.seed, rank=info.rank,
                           world_size=info.world_size, add_eos=cfg.data.add_eos,
@@ -146,6 +161,7 @@ def _train(cfg: TrainConfig, info, held: ExitStack, resume: bool, stop_after: in
     # ---- the loop --------------------------------------------------------------------------
     model.train()
     t_last, tokens_last = time.perf_counter(), tokens_seen
+    skipped = skipped_in_a_row = 0  # steps whose update was dropped (on_nonfinite: skip)
     while step < cfg.steps and (stop_after is None or step < stop_after):
         lr = lr_at(step, cfg.steps, cfg.optim, peak_lr)  # the schedule, visibly
         for group in optimizer.param_groups:
@@ -167,14 +183,26 @@ def _train(cfg: TrainConfig, info, held: ExitStack, resume: bool, stop_after: in
             loss_sum += loss.detach()
 
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf)
-        optimizer.step()
+        step_loss = (dist_utils.all_reduce_sum(loss_sum, info) / n_valid).item()
+        finite = math.isfinite(step_loss) and math.isfinite(float(grad_norm))  # the same on every rank (reduced)
+        if not finite:
+            skipped_in_a_row += 1
+            _nonfinite_step(cfg, model, info, out_dir, step + 1, step_loss, float(grad_norm), lr, skipped_in_a_row)
+            skipped += 1
+        else:
+            skipped_in_a_row = 0
+            optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
         tokens_seen += tokens_per_step
-        step_loss = (dist_utils.all_reduce_sum(loss_sum, info) / n_valid).item()
-        losses[step] = step_loss
+        if not finite:  # on_nonfinite: skip - the step's data is consumed, its update dropped
+            jlog.write({"event": "skip", "step": step, "loss": step_loss, "grad_norm": float(grad_norm), "lr": lr,
+                        "reason": "non-finite loss or gradient norm; update skipped", "time": time.time()})
+            say(f"step {step:6d} | skipped: loss {step_loss}, gradient norm {float(grad_norm)} (not finite)")
+        else:
+            losses[step] = step_loss
 
-        if step % cfg.log_every == 0 or step == cfg.steps or step == 1:
+        if finite and (step % cfg.log_every == 0 or step == cfg.steps or step == 1):
             if device.type == "cuda":
                 torch.cuda.synchronize()
             now = time.perf_counter()
@@ -193,14 +221,18 @@ def _train(cfg: TrainConfig, info, held: ExitStack, resume: bool, stop_after: in
     # ---- final evaluation ------------------------------------------------------------------
     eval_results = {}
     if step >= cfg.steps and cfg.eval_paths and info.world_size == 1:
-        for name, path in cfg.eval_paths.items():
-            res = public(evaluate(model, open_shards(path), cfg.data.seq_len, cfg.micro_batch, cfg.eval_docs,
+        for name, eval_shards in eval_sets.items():
+            res = public(evaluate(model, eval_shards, cfg.data.seq_len, cfg.micro_batch, cfg.eval_docs,
                                   backend if backend != "flex" or device.type == "cuda" else "sdpa", device,
                                   torch.bfloat16 if use_bf16 else None))
             eval_results[name] = res
             jlog.write({"event": "eval", "step": step, "source": name, **res})
             say(f"eval {name}: loss {res['loss']:.4f}" + (f", bpb {res['bpb']:.4f}" if res["bpb"] else ""))
+    if skipped:
+        say(f"warning: {skipped} step(s) of this session had a non-finite loss or gradient norm and were skipped "
+            f"(on_nonfinite: skip); see the \"skip\" events in {out_dir / 'log.jsonl'}")
     return {"out_dir": str(out_dir), "step": step, "tokens": tokens_seen, "losses": losses, "eval": eval_results,
+            "skipped_steps": skipped,
             "checkpoint": str(last_ckpt) if last_ckpt else None, "params": n_params, "model": mcfg.model_dump()}
 
 
@@ -217,7 +249,8 @@ def _binding(cfg: TrainConfig, mcfg, shards, info, init_from, init_optimizer: bo
     vocab_size, so a run started before the padding resumes with ``--set vocab_multiple=1``.
     """
     c = cfg.model_dump(mode="json")
-    for key in ("name", "out_dir", "log_every", "ckpt_every", "ckpt_after", "keep_checkpoints", "threads", "vocab_multiple"):
+    for key in ("name", "out_dir", "log_every", "ckpt_every", "ckpt_after", "keep_checkpoints", "threads", "vocab_multiple",
+                "on_nonfinite"):
         c.pop(key)
     c["data"].pop("paths")
     c["model"] = mcfg.model_dump(mode="json")  # resolved: a preset is bound by its values, not its name
@@ -268,7 +301,7 @@ def _truncate_log(path: Path, step: int) -> None:
             at = int(rec.get("step", 0))
         except (ValueError, TypeError, AttributeError):
             continue
-        if at < step or (at == step and rec.get("event") == "train"):
+        if at < step or (at == step and rec.get("event") in ("train", "skip")):
             keep.append(line)
     if keep != lines or (lines and not path.read_text().endswith("\n")):
         tmp = path.with_name(path.name + ".tmp")
@@ -282,7 +315,11 @@ def _load_model_and_optim(model, optimizer, state: dict, info, load_optim: bool)
         if load_optim and state.get("optim"):
             optimizer.load_state_dict(state["optim"])
         return
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
 
     opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
     set_model_state_dict(model, state["model"], options=opts)
@@ -290,13 +327,57 @@ def _load_model_and_optim(model, optimizer, state: dict, info, load_optim: bool)
         set_optimizer_state_dict(model, optimizer, state["optim"], options=opts)
 
 
+def _weights_finite(model, info) -> bool:
+    """Whether every parameter (every rank's shard) is finite; the same answer on every rank."""
+    bad = torch.zeros((), device=info.device)
+    for p in model.parameters():
+        local = p.to_local() if hasattr(p, "to_local") else p  # FSDP2 DTensor: this rank's shard
+        bad += (~torch.isfinite(local.detach())).sum()
+    return dist_utils.all_reduce_sum(bad, info).item() == 0
+
+
+def _last_good(out_dir: Path) -> str:
+    last = ckpt.latest_checkpoint(out_dir)
+    return f"the last checkpoint, {last}, holds finite weights" if last else "no checkpoint was written"
+
+
+MAX_SKIPS_IN_A_ROW = 10  # on_nonfinite: skip stops after this many non-finite steps in a row: that is divergence
+
+
+def _nonfinite_step(cfg: TrainConfig, model, info, out_dir: Path, step: int, loss: float, gnorm: float,
+                    lr: float, in_a_row: int) -> None:
+    """A step with a NaN/inf loss or gradient norm: stop (default) or, with ``on_nonfinite: skip``, let the
+    caller drop its update - unless the weights themselves are already non-finite, which no skip repairs,
+    or more than ``MAX_SKIPS_IN_A_ROW`` steps in a row were non-finite."""
+    what = f"loss {loss}, gradient norm {gnorm}"
+    if cfg.on_nonfinite == "stop":
+        why = "stopped before updating the weights"
+    elif not _weights_finite(model, info):
+        why = "the weights themselves are no longer finite (an earlier update diverged)"
+    elif in_a_row > MAX_SKIPS_IN_A_ROW:
+        why = f"the last {in_a_row} steps were all non-finite (on_nonfinite: skip stops after {MAX_SKIPS_IN_A_ROW})"
+    else:
+        return
+    raise TrainingDiverged(
+        f"training diverged at step {step}: {what} (not finite); {why}; {_last_good(out_dir)}. Lower optim.lr "
+        f"(the schedule gave {lr:.3g} at this step) or check the optim and model values"
+        + ("; on_nonfinite: skip drops such steps instead of stopping" if cfg.on_nonfinite == "stop" else ""))
+
+
 def _save(out_dir, step, tokens_seen, model, optimizer, loader, cfg, mcfg, shards, info):
+    if not _weights_finite(model, info):  # a checkpoint is never written from NaN/inf weights
+        raise TrainingDiverged(f"training diverged by step {step}: the weights are not finite, so no checkpoint is "
+                               f"written for this step; {_last_good(out_dir)}. Lower optim.lr or check the optim "
+                               f"and model values")
     loader_states = dist_utils.all_gather_objects(loader.state_dict(), info)
     model_sd = dist_utils.full_state_dict(model, info)
     if info.world_size == 1:
         optim_sd = optimizer.state_dict()
     else:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_optimizer_state_dict,
+        )
 
         optim_sd = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if not info.is_main:
