@@ -30,8 +30,8 @@ def _train_toy_classifier(path: Path) -> None:
     from cuvee.classifiers.fasttext_model import FastTextConfig, train_fasttext
 
     rng = random.Random(0)
-    good = "the study of history and science explains how people learn about the world and its nature".split()
-    bad = "buy cheap click here free casino win now login cart price shop".split()
+    good = ["the", "study", "of", "history", "and", "science", "explains", "how", "people", "learn", "about", "the", "world", "and", "its", "nature"]
+    bad = ["buy", "cheap", "click", "here", "free", "casino", "win", "now", "login", "cart", "price", "shop"]
     ex = Examples()
     for _ in range(200):
         ex.texts.append(" ".join(rng.choices(good, k=12)))
@@ -94,7 +94,7 @@ def run(tmp_path_factory):
 
 
 def section(text: str, heading: str) -> str:
-    m = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    m = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", text, re.DOTALL | re.MULTILINE)
     assert m, f"no section {heading!r}"
     return m.group(1)
 
@@ -252,7 +252,7 @@ def test_html_in_headless_chromium(run):
     assert shot.exists() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
     dom = subprocess.run(flags + ["--dump-dom", url], check=True, capture_output=True, text=True, timeout=120).stdout
     # the rendered DOM has the funnel table with one row per stage, and every plot as an inlined image
-    table = re.search(r'<table id="filter-funnel">(.*?)</table>', dom, re.S)
+    table = re.search(r'<table id="filter-funnel">(.*?)</table>', dom, re.DOTALL)
     assert table, "funnel table missing from the rendered DOM"
     assert len(re.findall(r"<tr>", table.group(1))) == len(run["stats"]["stages"]) + 1
     imgs = re.findall(r'<img[^>]*src="(data:image/png;base64,[^"]+)"', dom)
@@ -303,8 +303,8 @@ def test_run_without_stats_json_uses_finished_segments(run, tmp_path):
     assert len(rows) == len(per_task[0])
     for i, row in enumerate(rows):
         # datatrove writes a counter as a number, or as {total, n, ...} when it was bumped by more than 1
-        total = sum((lambda v: v.get("total", 0) if isinstance(v, dict) else v)(t[i]["stats"].get("total", 0))
-                    for t in per_task)
+        counts = [t[i]["stats"].get("total", 0) for t in per_task]
+        total = sum(v.get("total", 0) if isinstance(v, dict) else v for v in counts)
         if row["docs in"] != "–":
             assert num(row["docs in"]) == total
     first_reader = run["stats"]["stages"][0]

@@ -2,12 +2,15 @@
 
 Where the card goes: by default into the run's output folder, so that folder *is* a Hugging Face
 dataset repository (README.md next to the Parquet files the ``configs`` point at) and can be uploaded
-as is. With no output folder (a partial run that wrote nothing) it goes to ``<run_dir>/card``.
+as is. With no output folder (a partial run that wrote nothing) it goes to ``<run_dir>/card``. Which
+files it may replace there, and under which lock, is :mod:`cuvee.card.place`'s business. Plots are drawn
+in a private temporary folder and the HTML inlines exactly those bytes.
 """
 
 from __future__ import annotations
 
 import logging
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,10 +18,12 @@ from cuvee.card import plots
 from cuvee.card.frontmatter import build_front_matter, data_configs
 from cuvee.card.funnel import funnel_rows
 from cuvee.card.html import render_html
+from cuvee.card.place import choose, write_files
 from cuvee.card.profile import OutputProfile, profile_outputs
 from cuvee.card.run_data import RunData, load_run
 from cuvee.card.scores import thresholds_by_score
 from cuvee.card.sections import CardWriter
+from cuvee.folders import locked
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +66,21 @@ def write_card(
 ) -> CardFiles:
     """Write ``README.md`` (Hub dataset card), ``card.html`` and ``card_images/*.png``; return their paths."""
     run = load_run(run_dir, mix)
-    out = Path(out_dir) if out_dir else (run.output_root or run.run_dir / "card")
-    out.mkdir(parents=True, exist_ok=True)
+    place = choose(run.run_dir, run.output_root, out_dir)
+    with locked(place.lock_folder, place.what):
+        return _write_locked(run, place.folder, license, pretty_name, max_token_docs)
+
+
+def _write_locked(run: RunData, out: Path, license: str, pretty_name: str | None, max_token_docs: int) -> CardFiles:
     prof = profile_outputs(run.output_files, max_token_docs=max_token_docs)
 
     # the writer's ratio is needed by the funnel plot, so images are made with a provisional writer
     writer = CardWriter(run, prof, {})
-    images = _plots(run, prof, writer, out / IMAGES_DIR)
-    writer.images = {k: f"{IMAGES_DIR}/{p.name}" for k, p in images.items()}
+    with tempfile.TemporaryDirectory(prefix="cuvee-card-") as tmp:
+        made = _plots(run, prof, writer, Path(tmp))
+        pngs = {f"{IMAGES_DIR}/{p.name}": p.read_bytes() for p in made.values()}
+    refs = {k: f"{IMAGES_DIR}/{p.name}" for k, p in made.items()}
+    writer = CardWriter(run, prof, refs)
     body = writer.render()
 
     route_by = (run.stats.get("output") or {}).get("route_by") or (run.recipe.get("output") or {}).get("route_by")
@@ -80,9 +92,8 @@ def write_card(
         license=license,
     )
     text = f"---\n{meta.to_yaml()}\n---\n\n{body}"
-    readme = out / "README.md"
-    readme.write_text(text, encoding="utf-8")
-    html = out / "card.html"
-    html.write_text(render_html(text, out, pretty_name or run.name), encoding="utf-8")
-    log.info("wrote dataset card %s (%d images)", readme, len(images))
-    return CardFiles(readme, html, images, run, prof)
+    page = render_html(text, pngs, pretty_name or run.name)
+    written = write_files(out, {"README.md": text.encode("utf-8"), "card.html": page.encode("utf-8"), **pngs})
+    images = {k: written[ref] for k, ref in refs.items()}
+    log.info("wrote dataset card %s (%d images)", written["README.md"], len(images))
+    return CardFiles(written["README.md"], written["card.html"], images, run, prof)

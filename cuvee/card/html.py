@@ -1,16 +1,19 @@
 """A self-contained HTML rendering of the card (one file: CSS inline, images as base64 data URIs).
 
 Why self-contained: the HTML is for browsing a run on a cluster or mailing it around; a single file
-cannot lose its pictures.
+cannot lose its pictures. Only the plots the card wrote are inlined, from the bytes it wrote (the caller
+passes them): an ``<img src>`` is never taken as a file name to read, so no file outside those plots can
+end up in the page. The finished page goes through :func:`cuvee.card.escape.check_html` before it is
+returned.
 """
 
 from __future__ import annotations
 
 import base64
 import html as _html
-import mimetypes
 import re
-from pathlib import Path
+
+from cuvee.card.escape import DATA_IMAGE, check_html
 
 CSS = """
 body{font-family:-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;max-width:1100px;margin:24px auto;padding:0 24px;color:#1f2328;line-height:1.5}
@@ -28,13 +31,17 @@ details.meta{background:#f6f8fa;border:1px solid #d0d7de;padding:6px 10px;margin
 
 def split_front_matter(text: str) -> tuple[str, str]:
     """('yaml body', 'markdown body') of a card; ('', text) when it has no front matter."""
-    m = re.match(r"^---\n(.*?)\n---\n?", text, re.S)
+    m = re.match(r"^---\n(.*?)\n---\n?", text, re.DOTALL)
     return (m.group(1), text[m.end():]) if m else ("", text)
 
 
-def _data_uri(path: Path) -> str:
-    mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-    return f"data:{mime};base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _data_uri(png: bytes) -> str:
+    if not png.startswith(PNG_MAGIC):
+        raise ValueError("a card plot is not a PNG")
+    return DATA_IMAGE + base64.b64encode(png).decode("ascii")
 
 
 FUNNEL_HEADING = "Filter funnel"
@@ -51,21 +58,18 @@ def _tag_funnel_table(html_body: str) -> str:
     return html_body[:t] + f'<table id="{FUNNEL_TABLE_ID}">' + html_body[t + len("<table>"):]
 
 
-def render_html(card_md: str, base_dir: Path, title: str) -> str:
-    """Markdown (with front matter) -> one HTML page; relative image paths are inlined from base_dir."""
+def render_html(card_md: str, images: dict[str, bytes], title: str) -> str:
+    """Markdown (with front matter) -> one HTML page. ``images`` maps the card's own image references
+    (``card_images/funnel.png``, exactly as the Markdown writes them) to the PNG bytes the card wrote; those
+    are inlined, and any other image makes :func:`check_html` refuse the page."""
     import markdown
 
     front, body = split_front_matter(card_md)
     html_body = markdown.markdown(body, extensions=["tables", "fenced_code", "sane_lists", "md_in_html"], output_format="html")
 
     def inline(m: re.Match) -> str:
-        src = _html.unescape(m.group(2))
-        if src.startswith(("data:", "http://", "https://")):
-            return m.group(0)
-        p = (base_dir / src).resolve()
-        if not p.exists():
-            raise FileNotFoundError(f"card image {src} not found under {base_dir}")
-        return f"{m.group(1)}{_data_uri(p)}{m.group(3)}"
+        png = images.get(m.group(2))
+        return m.group(0) if png is None else f"{m.group(1)}{_data_uri(png)}{m.group(3)}"
 
     html_body = _tag_funnel_table(html_body)
     html_body = re.sub(r'(<img[^>]*?\bsrc=")([^"]+)(")', inline, html_body)
@@ -74,8 +78,10 @@ def render_html(card_md: str, base_dir: Path, title: str) -> str:
         if front
         else ""
     )
-    return (
+    page = (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{_html.escape(title)}</title>"
         f"<style>{CSS}</style></head>\n<body>\n{meta}{html_body}\n</body></html>\n"
     )
+    check_html(page)
+    return page

@@ -24,6 +24,14 @@ def _plt():
     return plt
 
 
+def _label(value: object, limit: int = 60) -> str:
+    """A label from data drawn as its characters: ``$`` would start matplotlib mathtext, which fails to
+    draw on a crafted value (a language label, a stage or source name) and would stop the card."""
+    s = " ".join(str(value).split())
+    s = s if len(s) <= limit else s[: limit - 1] + "…"
+    return s.replace("$", r"\$")
+
+
 def _save(fig, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -38,7 +46,7 @@ def funnel_plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
     if not rows:
         return None
     plt = _plt()
-    labels = [r["label"] for r in rows][::-1]
+    labels = [_label(r["label"]) for r in rows][::-1]
     kept = [r["docs_out"] for r in rows][::-1]
     dropped = [r["dropped"] for r in rows][::-1]
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.4))
@@ -62,7 +70,7 @@ def language_plot(languages: dict[str, int], path: Path, top: int = 20, title: s
     items = sorted(languages.items(), key=lambda kv: (-kv[1], kv[0]))
     if len(items) > top:
         items = items[: top - 1] + [("other", sum(v for _, v in items[top - 1 :]))]
-    names = [k for k, _ in items]
+    names = [_label(k, 24) for k, _ in items]
     vals = [v for _, v in items]
     fig, ax = plt.subplots(figsize=(max(5, 0.45 * len(items) + 2), 3.4))
     ax.bar(names, vals, color=KEPT)
@@ -71,7 +79,7 @@ def language_plot(languages: dict[str, int], path: Path, top: int = 20, title: s
     for x, v in enumerate(vals):
         ax.text(x, v, f"{v:,}", ha="center", va="bottom", fontsize=7)
     ax.set_ylabel("documents")
-    ax.set_title(title)
+    ax.set_title(_label(title, 80))
     ax.tick_params(axis="x", rotation=45 if len(items) > 8 else 0)
     return _save(fig, path)
 
@@ -90,8 +98,8 @@ def score_plots(scores: dict[str, list[float]], thresholds: dict[str, list[tuple
         ax.hist(vals, bins=bins, color=KEPT)
         for label, t in thresholds.get(key, []):
             ax.axvline(t, color=DROPPED, linestyle="--", linewidth=1.5)
-            ax.text(t, ax.get_ylim()[1] * 0.95, f" {label}={t:g}", color=DROPPED, fontsize=7, va="top")
-        ax.set_title(f"{key} (n={len(vals):,})", fontsize=9)
+            ax.text(t, ax.get_ylim()[1] * 0.95, f" {_label(label, 30)}={t:g}", color=DROPPED, fontsize=7, va="top")
+        ax.set_title(f"{_label(key)} (n={len(vals):,})", fontsize=9)
         ax.set_ylabel("documents", fontsize=8)
     for ax in list(axes.flat)[len(keys):]:
         ax.axis("off")
@@ -107,7 +115,7 @@ def mix_plot(sources: list[dict[str, Any]], path: Path) -> Path | None:
     plt = _plt()
     import numpy as np
 
-    names = [f"{s.get('name', '?')}\n(w={float(s.get('weight', 0)):.2f})" for s in sources]
+    names = [f"{_label(s.get('name', '?'), 30)}\n(w={float(s.get('weight', 0)):.2f})" for s in sources]
     tgt = [int(s.get("target_tokens") or 0) for s in sources]
     real = [int(s.get("realised_tokens") or 0) for s in sources]
     x = np.arange(len(sources))

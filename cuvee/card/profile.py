@@ -58,6 +58,15 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _host(url: object) -> str:
+    """The URL's host without ``www.``; a URL that does not parse (``http://[x]/``) is counted, not fatal."""
+    try:
+        host = urlsplit(str(url)).hostname or ""
+    except ValueError:
+        return "(unparseable URL)"
+    return host.removeprefix("www.")
+
+
 def profile_outputs(files: list[Path], max_token_docs: int = 20_000, batch: int = 256) -> OutputProfile:
     """Scan output files once; every unreadable file is logged and listed, never silently skipped."""
     from cuvee.pipeline.io import iter_documents
@@ -98,8 +107,7 @@ def profile_outputs(files: list[Path], max_token_docs: int = 20_000, batch: int 
                 prof.snapshots[str(snap) if snap else "unknown"] += 1
                 url = md.get("url")
                 if url:
-                    host = urlsplit(str(url)).hostname or ""
-                    prof.domains[host.removeprefix("www.")] += 1
+                    prof.domains[_host(url)] += 1
                 if md.get("topic"):
                     prof.topics[str(md["topic"])] += 1
                 for k, v in md.items():

@@ -13,7 +13,7 @@ from typing import Any
 
 from cuvee.card.run_data import StageStats
 
-THRESHOLD_PARAM = re.compile(r"(threshold|cutoff|^min_.*score|^max_.*score|^min_score$|^max_score$|score_min|score_max)", re.I)
+THRESHOLD_PARAM = re.compile(r"(threshold|cutoff|^min_.*score|^max_.*score|^min_score$|^max_score$|score_min|score_max)", re.IGNORECASE)
 
 
 def _numeric(v: Any) -> bool:

@@ -3,7 +3,9 @@
 Every number is taken from ``stats.json`` / the manifest where they hold it (documents, drop reasons,
 languages, mix tokens) and from the output scan otherwise (scores, snapshots, token estimates); the
 text says which numbers are estimates. Sections for stages that did not run are replaced by a line
-saying so, which is what makes partial runs give honest cards.
+saying so, which is what makes partial runs give honest cards. Every value from data or configs goes
+through ``cuvee.card.escape`` (``text``/``code``, and ``table`` escapes its cells), so it shows as text
+wherever the Markdown is rendered.
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ import datetime as _dt
 import re
 from typing import Any
 
+from cuvee.card.escape import Md, cell, code, text
 from cuvee.card.frontmatter import iso_language
 from cuvee.card.funnel import funnel_rows, is_dedup_stage
 from cuvee.card.profile import SNAPSHOT_RE, OutputProfile
 from cuvee.card.run_data import RunData
 from cuvee.card.scores import summarize, thresholds_by_score
-
 
 STANDARD_COUNTERS = {"total", "forwarded", "dropped", "doc_len", "documents", "batches", "input_files"}
 
@@ -38,7 +40,7 @@ def pct(part: float | None, whole: float | None) -> str:
 
 
 def _cell(s: Any) -> str:
-    return str(s).replace("|", "\\|").replace("\n", " ")
+    return cell(s).replace("|", "\\|").replace("\n", " ")
 
 
 def table(header: list[str], rows: list[list[Any]]) -> str:
@@ -97,20 +99,20 @@ class CardWriter:
 
     # -- sections ------------------------------------------------------------------------------
     def title(self) -> str:
-        return f"# {self.run.name}\n"
+        return f"# {text(self.run.name)}\n"
 
     def partial_banner(self) -> str:
         if self.run.complete:
             return ""
-        ran = ", ".join(s.name for s in self.run.stages) or "none"
+        ran = ", ".join(text(s.name) for s in self.run.stages) or "none"
         planned = [s.get("stage") for s in (self.run.recipe.get("stages") or []) if isinstance(s, dict)]
         missing = [p for p in planned if p not in {s.name for s in self.run.stages}]
         lines = [
-            "> **Partial run.** This card describes a run that did not complete (`complete: false`). "
-            f"Only the stages that ran are described: {ran}."
+            ("> **Partial run.** This card describes a run that did not complete (`complete: false`). "
+             f"Only the stages that ran are described: {ran}.")
         ]
         if missing:
-            lines.append(f"> Stages in the recipe that did not report: {', '.join(missing)}.")
+            lines.append(f"> Stages in the recipe that did not report: {', '.join(text(m) for m in missing)}.")
         lines.append("> Counts cover only the work that finished; do not publish this data as the full recipe's output.")
         return "\n".join(lines) + "\n"
 
@@ -121,12 +123,12 @@ class CardWriter:
         read = self.acc.get("records_read")
         parts = [
             "## Dataset summary\n",
-            f"**{self.run.name}** is a web-text pretraining dataset of **{n(self.documents)} documents** "
+            f"**{text(self.run.name)}** is a web-text pretraining dataset of **{n(self.documents)} documents** "
             + (f"(about **{n(self.prof.tokens_est)} tokens**, estimated with {self.prof.tokenizer}) " if self.prof.tokens_est else "")
-            + (f"in {len(langs)} language(s)" + (" (mostly " + ", ".join(f"`{k}` {pct(v, sum(langs.values()))}" for k, v in top) + ")") if top else "(language not identified by the pipeline)")
+            + (f"in {len(langs)} language(s)" + (" (mostly " + ", ".join(f"{code(k)} {pct(v, sum(langs.values()))}" for k, v in top) + ")") if top else "(language not identified by the pipeline)")
             + ", extracted and filtered from Common Crawl"
             + (f" snapshot(s) {', '.join(snaps)}" if snaps else "")
-            + f" by the cuvee recipe `{self.run.name}`.",
+            + f" by the cuvee recipe {code(self.run.name)}.",
         ]
         if read is not None:
             parts.append(
@@ -135,7 +137,7 @@ class CardWriter:
                 + (" and the accounting balances." if self.acc.get("balanced") else ".")
             )
         if self.out.get("chars") is not None:
-            parts.append(f"\nOutput size: {n(self.out.get('chars'))} characters in {n(len(self.run.output_files))} file(s), format `{self.out.get('format', '?')}`.")
+            parts.append(f"\nOutput size: {n(self.out.get('chars'))} characters in {n(len(self.run.output_files))} file(s), format {code(self.out.get('format', '?'))}.")
         parts.append(
             "\nIt is meant for pretraining language models (task category `text-generation`). "
             "Each row has `text`, `id` and `metadata` (url, date, language, language_score, scores of the classifiers that ran)."
@@ -153,8 +155,8 @@ class CardWriter:
             lines.append("")
         if rec_paths:
             inp = self.run.recipe.get("input") or {}
-            lines.append(f"Input (`{inp.get('format', 'auto')}`), as given in the recipe:\n")
-            lines += [f"- `{p}`" for p in rec_paths[:20]]
+            lines.append(f"Input ({code(inp.get('format', 'auto'))}), as given in the recipe:\n")
+            lines += [f"- {code(p)}" for p in rec_paths[:20]]
             if len(rec_paths) > 20:
                 lines.append(f"- … and {len(rec_paths) - 20} more")
             lines.append("")
@@ -164,8 +166,8 @@ class CardWriter:
             said.append(f"Records read: **{n(self.acc['records_read'])}**.")
         if reader is not None and reader.dropped:
             said.append(
-                f"The reader (`{reader.name}`) passed on {n(reader.docs_out)} of {n(reader.docs_in)} records; the rest were not documents: "
-                + ", ".join(f"{k} {n(v)}" for k, v in sorted(reader.dropped.items(), key=lambda kv: -kv[1]))
+                f"The reader ({code(reader.name)}) passed on {n(reader.docs_out)} of {n(reader.docs_in)} records; the rest were not documents: "
+                + ", ".join(f"{text(k)} {n(v)}" for k, v in sorted(reader.dropped.items(), key=lambda kv: -kv[1]))
                 + "."
             )
         if said:
@@ -178,21 +180,21 @@ class CardWriter:
 
     def processing(self) -> str:
         st = self.stats
-        lines = ["## Processing\n", f"Recipe `{self.run.name}`, SHA-256 `{st.get('recipe_sha256', 'unknown')}`."]
+        lines = ["## Processing\n", f"Recipe {code(self.run.name)}, SHA-256 {code(st.get('recipe_sha256', 'unknown'))}."]
         ex = st.get("executor") or (self.run.recipe.get("executor") or {})
         if ex:
             lines.append(
-                f" Executor: `{ex.get('kind', '?')}` with {ex.get('tasks', '?')} task(s)"
-                + (f" / {ex.get('workers')} worker(s)" if ex.get("workers") not in (None, -1) else "")
+                f" Executor: {code(ex.get('kind', '?'))} with {text(ex.get('tasks', '?'))} task(s)"
+                + (f" / {text(ex.get('workers'))} worker(s)" if ex.get("workers") not in (None, -1) else "")
                 + (" (stats merged across tasks)." if (ex.get("tasks") or 1) > 1 else ".")
             )
         if st.get("started"):
-            lines.append(f" Started {st.get('started')}, finished {st.get('finished', '–')}, wall time {n(st.get('wall_time_s'))} s.")
+            lines.append(f" Started {text(st.get('started'))}, finished {text(st.get('finished', '–'))}, wall time {n(st.get('wall_time_s'))} s.")
         lines.append(f" Statistics source: {self.run.stats_origin}.\n")
         rows = []
         for i, s in enumerate(self.run.stages):
             params = "; ".join(f"{k}={_fmt_param(v)}" for k, v in s.params.items()) or "(defaults)"
-            rows.append([f"{i + 1:02d}", f"`{s.name}`", "–" if s.segment is None else s.segment, params, n(s.time_s)])
+            rows.append([f"{i + 1:02d}", code(s.name), "–" if s.segment is None else s.segment, params, n(s.time_s)])
         if rows:
             lines.append(table(["#", "stage", "segment", "parameters", "time (s)"], rows))
         else:
@@ -201,9 +203,11 @@ class CardWriter:
         lines.append("\nSoftware versions:\n")
         lines.append(table(["package", "version"], [[k, v] for k, v in versions.items()]))
         if self.run.recipe_source:
+            # a fence longer than any backtick run in the recipe: nothing inside can close it
+            fence = "`" * max(3, 1 + max((len(r) for r in re.findall(r"`+", self.run.recipe_source)), default=0))
             lines.append(
-                '\n<details markdown="1"><summary>The recipe as run (<code>recipe.yaml</code>)</summary>\n\n```yaml\n'
-                + self.run.recipe_source.rstrip() + "\n```\n\n</details>"
+                f'\n<details markdown="1"><summary>The recipe as run (<code>recipe.yaml</code>)</summary>\n\n{fence}yaml\n'
+                + self.run.recipe_source.rstrip() + f"\n{fence}\n\n</details>"
             )
         return "\n".join(lines) + "\n"
 
@@ -227,7 +231,7 @@ class CardWriter:
         )
         html_rows = [r["label"] for r in rows if r["chars_out"] is not None and r["tokens_out_est"] is None]
         if html_rows and self.tokens_per_char:
-            lines.append(f" Stages up to text extraction ({', '.join(html_rows)}) carry HTML, so no token estimate is given for them.")
+            lines.append(f" Stages up to text extraction ({', '.join(text(r) for r in html_rows)}) carry HTML, so no token estimate is given for them.")
         acc = self.acc
         if acc:
             lines.append(
@@ -249,7 +253,7 @@ class CardWriter:
             if cc:
                 lines.append(" Common Crawl's own CLD2 identification (`cc_languages` metadata, first language listed) gives:\n")
                 lines.append(self.img("languages", "Documents per Common Crawl CLD2 language"))
-                rows = [[f"`{k}`", n(v), pct(v, self.prof.documents)] for k, v in sorted(cc.items(), key=lambda kv: (-kv[1], kv[0]))]
+                rows = [[code(k), n(v), pct(v, self.prof.documents)] for k, v in sorted(cc.items(), key=lambda kv: (-kv[1], kv[0]))]
                 missing = self.prof.documents - sum(cc.values())
                 if missing:
                     rows.append(["not recorded (e.g. ARC crawls)", n(missing), pct(missing, self.prof.documents)])
@@ -260,7 +264,7 @@ class CardWriter:
         rows = []
         for lab, c in sorted(langs.items(), key=lambda kv: (-kv[1], kv[0])):
             tok = self.prof.tokens_by_language.get(lab)
-            rows.append([f"`{lab}`", iso_language(lab) or "–", n(c), pct(c, total), n(tok) if tok is not None else "–"])
+            rows.append([code(lab), iso_language(lab) or "–", n(c), pct(c, total), n(tok) if tok is not None else "–"])
         lines.append(table(["label", "ISO 639", "documents", "share", "tokens (est.)"], rows))
         src = "`stats.json` (`output.languages`)" if self.out.get("languages") else "the output documents' `language` metadata"
         lines.append(f"\nDocument counts per language come from {src}.")
@@ -274,7 +278,7 @@ class CardWriter:
         rows = []
         for i, s in stages:
             extra = ", ".join(f"{k}={n(v) if isinstance(v, (int, float)) else v}" for k, v in sorted(s.counters.items()) if k not in STANDARD_COUNTERS and not k.startswith("dropped")) or "–"
-            rows.append([f"{i + 1:02d} `{s.name}`", n(s.docs_in), n(s.dropped_total), pct(s.dropped_total, s.docs_in), extra])
+            rows.append([Md(f"{i + 1:02d} {code(s.name)}"), n(s.docs_in), n(s.dropped_total), pct(s.dropped_total, s.docs_in), extra])
         lines.append(table(["stage", "docs in", "docs removed", "removed", "counters"], rows))
         phases = self.stats.get("phases") or []
         if phases:
@@ -295,12 +299,12 @@ class CardWriter:
             for k in keys:
                 s = summarize(self.prof.scores[k])
                 thr = ", ".join(f"{p}={v:g}" for p, v in linked.get(k, [])) or "–"
-                rows.append([f"`{k}`", n(s["n"]), f"{s['min']:.3f}", f"{s['p10']:.3f}", f"{s['median']:.3f}", f"{s['p90']:.3f}", f"{s['max']:.3f}", f"{s['mean']:.3f}", thr])
+                rows.append([code(k), n(s["n"]), f"{s['min']:.3f}", f"{s['p10']:.3f}", f"{s['median']:.3f}", f"{s['p90']:.3f}", f"{s['max']:.3f}", f"{s['mean']:.3f}", thr])
             lines.append(table(["score", "documents", "min", "p10", "median", "p90", "max", "mean", "threshold(s)"], rows))
             lines.append("\nDistributions are over the **kept** documents: documents below a threshold were removed, so the histograms are cut at it.")
         unlinked = [f for f in found if not f["score_key"]]
         if unlinked:
-            lines.append("\nOther thresholds in the recipe: " + ", ".join(f"`{f['stage']}.{f['param']}`={f['value']:g}" for f in unlinked) + ".")
+            lines.append("\nOther thresholds in the recipe: " + ", ".join(f"{code(f['stage'] + '.' + f['param'])}={f['value']:g}" for f in unlinked) + ".")
         return "\n".join(lines) + "\n"
 
     def mix(self) -> str:
@@ -312,17 +316,17 @@ class CardWriter:
         rows = []
         for s in m.get("sources") or []:
             t, r = s.get("target_tokens"), s.get("realised_tokens")
-            rows.append([f"`{s.get('name')}`", f"{float(s.get('weight', 0)):.3f}", n(t), n(r), pct(r, t) if t else "–", n(s.get("documents")), n(s.get("documents_used")), n(s.get("available_tokens")), f"{float(s['epochs']):.2f}" if s.get("epochs") is not None else "–"])
+            rows.append([code(s.get('name')), f"{float(s.get('weight', 0)):.3f}", n(t), n(r), pct(r, t) if t else "–", n(s.get("documents")), n(s.get("documents_used")), n(s.get("available_tokens")), f"{float(s['epochs']):.2f}" if s.get("epochs") is not None else "–"])
         lines.append(table(["source", "weight", "target tokens", "realised tokens", "realised / target", "documents available", "documents drawn", "available tokens", "epochs"], rows))
         shards = m.get("shards") or []
         lines.append(
-            f"\nMix `{m.get('name', '?')}` (seed {m.get('seed', '?')}): target {n(m.get('target_tokens'))} tokens, "
-            f"realised {n(m.get('total_tokens'))} tokens in {len(shards)} Megatron indexed shard(s) (`{m.get('dtype', '?')}`)"
-            + (f", config SHA-256 `{m['config_sha256']}`" if m.get("config_sha256") else "")
+            f"\nMix {code(m.get('name', '?'))} (seed {text(m.get('seed', '?'))}): target {n(m.get('target_tokens'))} tokens, "
+            f"realised {n(m.get('total_tokens'))} tokens in {len(shards)} Megatron indexed shard(s) ({code(m.get('dtype', '?'))})"
+            + (f", config SHA-256 {code(m['config_sha256'])}" if m.get("config_sha256") else "")
             + ". Token counts in this section are exact (counted by the mixer's tokenizer)."
         )
         if shards:
-            lines.append("\n" + table(["shard", "documents", "tokens"], [[f"`{s.get('prefix')}`", n(s.get("documents")), n(s.get("tokens"))] for s in shards[:50]]))
+            lines.append("\n" + table(["shard", "documents", "tokens"], [[code(s.get('prefix')), n(s.get("documents")), n(s.get("tokens"))] for s in shards[:50]]))
         return "\n".join(lines) + "\n"
 
     def tokenizer(self) -> str:
@@ -330,7 +334,7 @@ class CardWriter:
         tok = (self.run.manifest or {}).get("tokenizer")
         if tok:
             lines.append(table(["field", "value"], [[k, v] for k, v in tok.items()]))
-            lines.append(f"\nThe mix was tokenized with `{tok.get('name', '?')}` ({tok.get('kind', '?')}); each document ends with the EOS token.")
+            lines.append(f"\nThe mix was tokenized with {code(tok.get('name', '?'))} ({text(tok.get('kind', '?'))}); each document ends with the EOS token.")
         else:
             lines.append("This card has no mixer manifest, so the data is untokenized text.")
         if self.prof.tokens_est:
@@ -349,7 +353,7 @@ class CardWriter:
         top_lang, top_n = max(langs.items(), key=lambda kv: kv[1]) if langs else ("?", 0)
         b = [
             "Common Crawl over-represents some languages, regions and kinds of sites (those that are linked to and allow crawling); this data inherits that skew"
-            + (f": `{top_lang}` alone is {pct(top_n, total)} of documents." if langs else "."),
+            + (f": {code(top_lang)} alone is {pct(top_n, total)} of documents." if langs else "."),
         ]
         b.append(
             "Language identification is unreliable on short, mixed-language or boilerplate-heavy pages; some documents carry the wrong `language` label."
@@ -375,18 +379,22 @@ class CardWriter:
         if not self.run.complete:
             b.append("This is a partial run: stages that did not report are not reflected in the numbers.")
         if self.prof.unreadable:
-            b.append(f"{len(self.prof.unreadable)} output file(s) could not be read and are missing from the score and token figures: " + "; ".join(self.prof.unreadable[:5]))
-        b += [f"Loader note: {x}" for x in self.run.notes]
+            b.append(f"{len(self.prof.unreadable)} output file(s) could not be read and are missing from the score and token figures: " + "; ".join(text(u) for u in self.prof.unreadable[:5]))
+        b += [f"Loader note: {text(x, 600)}" for x in self.run.notes]
         b.append("Text is taken as published on the web: it contains factual errors, opinions, offensive content and copyrighted material; users are responsible for their use of it.")
         return "## Known limitations and biases\n\n" + "\n".join(f"- {x}" for x in b) + "\n"
 
     def citation(self) -> str:
-        key = re.sub(r"[^a-z0-9]+", "_", self.run.name.lower()).strip("_") or "dataset"
-        year = str(self.stats.get("finished") or self.stats.get("started") or _dt.date.today().isoformat())[:4]
+        key = re.sub(r"[^a-z0-9]+", "_", self.run.name.lower()).strip("_")[:60] or "dataset"
+        year = re.sub(r"[^0-9]", "", str(self.stats.get("finished") or self.stats.get("started") or _dt.date.today().isoformat())[:4])
+
+        def one_line(v: Any) -> str:  # inside the code block only a line starting with ``` could end it
+            return " ".join(str(v).split())[:300]
+
         return (
             "## Citation\n\n```bibtex\n"
-            f"@misc{{{key}_{year},\n  title = {{{self.run.name}: a Common Crawl pretraining dataset built with cuvee}},\n"
-            f"  year = {{{year}}},\n  note = {{cuvee {self.stats.get('cuvee_version', '')}, recipe sha256 {self.stats.get('recipe_sha256', 'unknown')}}}\n}}\n```\n\n"
+            f"@misc{{{key}_{year},\n  title = {{{one_line(self.run.name)}: a Common Crawl pretraining dataset built with cuvee}},\n"
+            f"  year = {{{year}}},\n  note = {{cuvee {one_line(self.stats.get('cuvee_version', ''))}, recipe sha256 {one_line(self.stats.get('recipe_sha256', 'unknown'))}}}\n}}\n```\n\n"
             "The processing follows the design of FineWeb; please also cite it and Common Crawl:\n\n```bibtex\n"
             "@inproceedings{penedo2024fineweb,\n  title = {The FineWeb Datasets: Decanting the Web for the Finest Text Data at Scale},\n"
             "  author = {Guilherme Penedo and Hynek Kydl{\\'\\i}{\\v{c}}ek and Loubna Ben allal and Anton Lozhkov and Margaret Mitchell and Colin Raffel and Leandro Von Werra and Thomas Wolf},\n"
