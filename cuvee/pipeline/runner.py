@@ -20,7 +20,7 @@ from cuvee.pipeline.console import PhaseProgress, quiet_datatrove
 from cuvee.pipeline.executors import build_chain, job_completed_ranks
 from cuvee.pipeline.recipe import LocalExecutorConfig, Recipe, SlurmExecutorConfig, load_recipe, parse_recipe
 from cuvee.pipeline.plan import build_plan, run_folders
-from cuvee.pipeline.stats import check_accounting, collect_stats, summary_table
+from cuvee.pipeline.stats import AccountingError, check_accounting, collect_stats, summary_table
 
 
 def _as_recipe(recipe_or_path, overrides: dict[str, Any] | None) -> Recipe:
@@ -98,7 +98,23 @@ def _run_locked(recipe: Recipe, plan: dict, progress: bool, wait: bool, verbose:
     (run_dir / "stats.json").write_text(json.dumps(stats, indent=2))
     if stats["complete"]:
         check_accounting(stats)
+        check_some_input_read(stats, recipe.resolved_logging_dir(), run_dir)
     return stats
+
+
+class InputsFailed(AccountingError):
+    """Every planned input file failed: a run that read nothing must not look like one that kept nothing."""
+
+
+def check_some_input_read(stats: dict, logs: Path, run_dir: Path) -> None:
+    """Raise :class:`InputsFailed` when every planned input file ended as ``files_failed`` (all unreachable,
+    all corrupt): the run balances, yet its output stands for none of its input. stats.json is written first."""
+    inp = stats["accounting"].get("inputs") or {}
+    planned, failed = inp.get("files_planned", 0), inp.get("files_failed", 0)
+    if planned and failed == planned:
+        raise InputsFailed(f"all {planned} input file(s) failed to read ({stats['accounting']['records_read']} "
+                           f"records read); the reasons are in the logs under {logs}, the counts in "
+                           f"{run_dir / 'stats.json'}")
 
 
 _SLURM_JOBS = "slurm_jobs.json"
