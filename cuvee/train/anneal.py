@@ -105,6 +105,7 @@ class AnnealConfig(_Strict):
     # exported to Hugging Face format; reported per arm and seed next to bits per byte
     downstream: list[str] = []
     downstream_limit: int | None = Field(None, gt=0)
+    allow_task_code: bool = False  # downstream task YAMLs may run their Python (lm-eval !function); see eval-downstream
     out_dir: str = "runs/anneal/${name}"
     threads: int = Field(0, ge=0, le=4096)
 
@@ -159,7 +160,7 @@ def _arm_config(ac: AnnealConfig, state: dict, arm: str, paths: list[str], seed:
 
 
 _NOT_BOUND = ("name", "out_dir", "threads", "eval", "eval_docs", "bootstrap", "seeds", "equivalence_margin",
-              "alpha", "decontaminate", "decontam_threshold", "downstream", "downstream_limit")
+              "alpha", "decontaminate", "decontam_threshold", "downstream", "downstream_limit", "allow_task_code")
 
 
 def _downstream(ac: AnnealConfig, model, mcfg, state: dict, run_dir: Path) -> dict:
@@ -168,7 +169,8 @@ def _downstream(ac: AnnealConfig, model, mcfg, state: dict, run_dir: Path) -> di
     from cuvee.train.lm_eval_backend import evaluate_hf
 
     hf_dir = export_hf(model, mcfg, run_dir / "hf_averaged", state.get("tokenizer"))
-    return evaluate_hf(str(hf_dir), list(ac.downstream), limit=ac.downstream_limit, device="cpu")
+    return evaluate_hf(str(hf_dir), list(ac.downstream), limit=ac.downstream_limit, device="cpu",
+                       allow_task_code=ac.allow_task_code)
 
 
 def _downstream_summary(ac: AnnealConfig, results: dict) -> dict:
@@ -224,6 +226,11 @@ def _open_out_dir(out: Path, ac: AnnealConfig, fresh: bool, held: ExitStack) -> 
 def run_anneal(ac: AnnealConfig, quiet: bool = False, fresh: bool = False) -> dict:
     """Run (or resume) the ablation; ``fresh``: start over in a folder cuvee created (``--no-resume``)."""
     state = load_checkpoint(ac.checkpoint)  # refuses a checkpoint that is not plain data, before any folder is made
+    if ac.downstream:  # a task that would run code is refused now, not after hours of training
+        from cuvee.train.lm_eval_backend import _task_path, check_task_code
+
+        for task in ac.downstream:
+            check_task_code(_task_path(task), ac.allow_task_code, warn=lambda _line: None)
     with ExitStack() as held:
         _open_out_dir(ac.resolved_out_dir(), ac, fresh, held)
         return _run_anneal(ac, state, quiet)

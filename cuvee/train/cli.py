@@ -183,12 +183,19 @@ def anneal(config, checkpoint, candidate, control, tokens, evals, seeds, average
 @click.option("--limit", type=int, default=None, help="evaluate only the first N items of each task")
 @click.option("--batch-size", default="8", help="lm-eval batch size (an int, or 'auto')")
 @click.option("--device", default="cpu")
+@click.option("--allow-task-code", is_flag=True,
+              help="run Python that a task YAML references (lm-eval !function); without it such tasks are refused. "
+                   "The shipped tasks need no flag")
 @click.option("-v", "--verbose", is_flag=True, help="print the traceback of an error before its one-line message")
-def eval_downstream(model_dir, tasks, limit, batch_size, device, verbose):
-    """Multiple-choice accuracy (acc, acc_norm +- stderr) of an exported HF model via lm-eval, offline."""
+def eval_downstream(model_dir, tasks, limit, batch_size, device, allow_task_code, verbose):
+    """Multiple-choice accuracy (acc, acc_norm +- stderr) of an exported HF model via lm-eval, offline.
+
+    Nothing from MODEL_DIR or a task file is executed: a model folder with auto_map (custom code) is refused,
+    and a task YAML with !function (Python next to it) is refused unless --allow-task-code is given, in which
+    case each such file is named on stderr. Results go to stdout only; this command writes no files."""
     with _user_errors(verbose):
         from cuvee.train.lm_eval_backend import evaluate_hf
 
-        res = evaluate_hf(model_dir, list(tasks), limit=limit, device=device,
+        res = evaluate_hf(model_dir, list(tasks), limit=limit, device=device, allow_task_code=allow_task_code,
                           batch_size=int(batch_size) if batch_size.isdigit() else batch_size)
     click.echo(json.dumps(res, indent=2))

@@ -89,12 +89,40 @@ def _require_lm_eval():
     return load_yaml
 
 
-def load_task_config(spec: str) -> dict[str, Any]:
+def check_task_code(path: Path, allow_code: bool, warn=None) -> None:
+    """Refuse a task YAML that would run Python (lm-eval ``!function``) unless ``allow_code``; then name each
+    file once through ``warn``. The tasks shipped with cuvee (cuvee/assets/eval_tasks) are cuvee's own code."""
+    from cuvee.train.task_code import TaskFileError, task_code
+
+    if path.resolve().is_relative_to(TASKS_DIR):
+        return
+    try:
+        code = task_code(path)
+    except TaskFileError as e:
+        raise EvalTaskError(str(e)) from None
+    if code and not allow_code:
+        raise EvalTaskError(f"task file {code[0].describe()}; lm-eval would import and run it. cuvee runs no code "
+                            f"from task files unless you pass --allow-task-code (only for files you trust)")
+    for c in {c.python_file or c.reference: c for c in code}.values():
+        (warn or _warn)(f"warning: --allow-task-code: task file {c.describe()}")
+
+
+def _warn(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
+def load_task_config(spec: str, allow_code: bool = False, warn=None) -> dict[str, Any]:
     """The task YAML as a dict (``include:`` and ``!function`` resolved by lm-eval's loader), its local
-    ``data_files`` made absolute and checked. Only local ``json``/``jsonl``/``csv``/``parquet`` data."""
+    ``data_files`` made absolute and checked. Only local ``json``/``jsonl``/``csv``/``parquet`` data.
+
+    A task file outside cuvee's shipped tasks that carries Python (``!function``) is refused before lm-eval
+    loads (and so imports) anything, unless ``allow_code``; allowed code is named on stderr."""
     load_yaml = _require_lm_eval()
 
     path = _task_path(spec)
+    check_task_code(path, allow_code, warn)
     try:
         cfg = load_yaml(path, resolve_func=True, recursive=True)
     except Exception as e:  # noqa: BLE001 - YAML/!function problems: one line for the user
@@ -166,10 +194,27 @@ def _quiet_loggers(quiet: bool):
 
 # ------------------------------------------------------------------------------------------- evaluate
 
+def refuse_remote_code(model_dir: Path) -> None:
+    """A model folder whose config or tokenizer config maps classes to its own Python (``auto_map``) is
+    refused in one line: cuvee loads models with ``trust_remote_code=False`` and never runs a folder's code."""
+    for name in ("config.json", "tokenizer_config.json"):
+        path = model_dir / name
+        if not path.is_file():
+            continue
+        try:
+            cfg = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise EvalTaskError(f"{model_dir}: {name} is not readable JSON ({' '.join(str(e).split())[:200]})") from None
+        if isinstance(cfg, dict) and cfg.get("auto_map"):
+            raise EvalTaskError(f"{model_dir}: {name} has auto_map (the folder's own Python code for "
+                                f"{', '.join(map(str, cfg['auto_map']))}); cuvee loads models with "
+                                f"trust_remote_code=False and never runs code from a model folder: refused")
+
+
 def evaluate_hf(model_dir: str | Path, tasks: list[str], limit: int | None = None, batch_size: int | str = 8,
                 device: str = "cpu", dtype: str = "float32", num_fewshot: int | None = None,
                 bootstrap_iters: int = 1000, max_length: int | None = None,
-                quiet: bool = True) -> dict[str, dict[str, Any]]:
+                quiet: bool = True, allow_task_code: bool = False) -> dict[str, dict[str, Any]]:
     """Evaluate the HF model folder on ``tasks`` (shipped task names or task YAML paths), offline.
 
     Returns ``{task: {metric: value, f"{metric}_stderr": se, ..., "samples": n, "seconds": s,
@@ -179,6 +224,9 @@ def evaluate_hf(model_dir: str | Path, tasks: list[str], limit: int | None = Non
     ``quiet`` keeps lm-eval's and transformers' loggers at ERROR (e.g. the per-request truncation warnings). ``max_length`` (default: the
     model's ``max_position_embeddings``) is the window lm-eval scores in: contexts are cut from the left to
     fit, but each answer must fit whole (lm-eval asserts it), so short-window models need short answers.
+    ``allow_task_code``: run task files that carry Python (``!function``); without it they are refused.
+    A model folder with ``auto_map`` (custom code) is refused; the model, its config and tokenizer are loaded
+    with ``trust_remote_code=False``.
     """
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
@@ -186,7 +234,8 @@ def evaluate_hf(model_dir: str | Path, tasks: list[str], limit: int | None = Non
                             "(export one with `cuvee train ... --export-hf DIR`)")
     if not ((model_dir / "tokenizer.json").is_file() or (model_dir / "tokenizer_config.json").is_file()):
         raise EvalTaskError(f"{model_dir}: no tokenizer files - lm-eval needs the tokenizer next to the model")
-    configs = [load_task_config(t) for t in tasks]
+    refuse_remote_code(model_dir)
+    configs = [load_task_config(t, allow_code=allow_task_code) for t in tasks]
     with offline_env(), _quiet_loggers(quiet), _keep_rng_state():
         import lm_eval
         from lm_eval.tasks import TaskManager
