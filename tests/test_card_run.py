@@ -309,3 +309,25 @@ def test_run_without_stats_json_uses_finished_segments(run, tmp_path):
             assert num(row["docs in"]) == total
     first_reader = run["stats"]["stages"][0]
     assert num(rows[0]["docs in"]) == first_reader["docs_in"]  # same records as the complete run read
+
+
+# -- provenance and contamination ------------------------------------------------------------------
+
+
+def test_summary_states_the_crawls_the_documents_came_from(run):
+    """Most kept documents come from the ARC file: the card must not credit them to the WARC's snapshot."""
+    docs = output_docs(run["stats"])
+    from_warc = sum(1 for d in docs if d["metadata"].get("cc_snapshot") == "CC-MAIN-2020-34")
+    from_arc = [d for d in docs if str(d["metadata"].get("warc_record_id", "")).startswith("arc:")]
+    assert from_warc and from_arc and from_warc + len(from_arc) == len(docs)
+    years = {d["metadata"]["date"][:4] for d in from_arc}
+    assert len(years) == 1
+    summary = section(run["text"], "Dataset summary")
+    assert f"CC-MAIN-2020-34: {from_warc:,} document" in summary
+    assert f"ARC archive (crawl not recorded, fetched {years.pop()}): {len(from_arc):,} document" in summary
+    rows = {r["crawl"]: num(r["documents"]) for r in tables(section(run["text"], "Sources"))[0]}
+    assert sum(rows.values()) == len(docs) and rows["CC-MAIN-2020-34"] == from_warc
+
+
+def test_card_says_no_decontamination_ran(run):
+    assert "No decontamination stage ran" in section(run["text"], "Contamination")

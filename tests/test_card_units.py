@@ -78,3 +78,14 @@ def test_threshold_linked_to_its_score_key():
     )
     assert linked == {"dclm_score": [("threshold", 0.3)], "language_score": [("min_score", 0.65)]}
     assert {(f["stage"], f["param"]) for f in found} == {("fasttext_quality", "threshold"), ("language_id", "min_score")}
+
+
+def test_crawl_of_says_unknown_where_the_document_does_not_tell():
+    from cuvee.card.profile import crawl_of
+
+    assert crawl_of({"cc_snapshot": "CC-MAIN-2020-34"}) == "CC-MAIN-2020-34"
+    assert crawl_of({"file_path": "crawl-data/CC-MAIN-2019-04/segments/x.warc.gz"}) == "CC-MAIN-2019-04"
+    assert crawl_of({"warc_record_id": "arc:a.arc.gz:3", "date": "2008-06-19T01:02:03Z"}) == \
+        "ARC archive (crawl not recorded, fetched 2008)"
+    assert crawl_of({"file_path": "/data/x.arc.gz"}) == "ARC archive (crawl not recorded)"
+    assert crawl_of({"url": "https://example.com/"}) == "unknown"

@@ -33,7 +33,7 @@ class OutputProfile:
     languages: Counter = field(default_factory=Counter)
     cc_languages: Counter = field(default_factory=Counter)  # Common Crawl's own CLD2 label (first listed), if present
     tokens_by_language: Counter = field(default_factory=Counter)
-    snapshots: Counter = field(default_factory=Counter)
+    snapshots: Counter = field(default_factory=Counter)  # the crawl each document came from (see crawl_of)
     domains: Counter = field(default_factory=Counter)
     topics: Counter = field(default_factory=Counter)
     scores: dict[str, list[float]] = field(default_factory=dict)  # metadata key -> values
@@ -56,6 +56,28 @@ def _encoder():
 
 def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+ARC_CRAWL = "ARC archive (crawl not recorded)"
+UNKNOWN_CRAWL = "unknown"
+
+
+def crawl_of(md: dict) -> str:
+    """The crawl a document came from, as its metadata says: the Common Crawl snapshot (``cc_snapshot``, or the
+    WARC file name), else for a document read from an ARC file (Common Crawl's 2008-2012 crawls) that and the
+    year it was fetched, else ``unknown``. Never taken from the recipe: an input listing says what was read,
+    not where each kept document came from."""
+    snap = md.get("cc_snapshot")
+    if not snap:
+        m = SNAPSHOT_RE.search(str(md.get("file_path") or md.get("warc_filename") or ""))
+        snap = m.group(0) if m else None
+    if snap:
+        return str(snap)
+    source = str(md.get("file_path") or "")
+    if str(md.get("warc_record_id") or "").startswith("arc:") or source.endswith((".arc", ".arc.gz")):
+        year = str(md.get("date") or "")[:4]
+        return f"ARC archive (crawl not recorded, fetched {year})" if year.isdigit() else ARC_CRAWL
+    return UNKNOWN_CRAWL
 
 
 def _host(url: object) -> str:
@@ -100,11 +122,7 @@ def profile_outputs(files: list[Path], max_token_docs: int = 20_000, batch: int 
                 prof.languages[lang] += 1
                 if md.get("cc_languages"):
                     prof.cc_languages[str(md["cc_languages"]).split(",")[0].strip()] += 1
-                snap = md.get("cc_snapshot")
-                if not snap:
-                    m = SNAPSHOT_RE.search(str(md.get("file_path") or md.get("warc_filename") or ""))
-                    snap = m.group(0) if m else None
-                prof.snapshots[str(snap) if snap else "unknown"] += 1
+                prof.snapshots[crawl_of(md)] += 1
                 url = md.get("url")
                 if url:
                     prof.domains[_host(url)] += 1

@@ -17,7 +17,7 @@ from typing import Any
 from cuvee.card.escape import Md, cell, code, text
 from cuvee.card.frontmatter import iso_language
 from cuvee.card.funnel import funnel_rows, is_dedup_stage
-from cuvee.card.profile import SNAPSHOT_RE, OutputProfile
+from cuvee.card.profile import OutputProfile
 from cuvee.card.run_data import RunData
 from cuvee.card.scores import summarize, thresholds_by_score
 
@@ -88,11 +88,15 @@ class CardWriter:
         langs = self.languages or dict(self.prof.cc_languages)
         return [k for k, _ in sorted(langs.items(), key=lambda kv: (-kv[1], kv[0]))]
 
-    def snapshots(self) -> list[str]:
-        snaps = {s for s in self.prof.snapshots if s != "unknown"}
-        for p in (self.run.recipe.get("input") or {}).get("paths") or []:
-            snaps.update(SNAPSHOT_RE.findall(str(p)))
-        return sorted(snaps)
+    def crawls(self) -> str:
+        """Where the output documents came from, with counts: " (crawls: CC-MAIN-2020-34: 1 document; ...)"."""
+        if not self.prof.snapshots:
+            return " (crawls not known: no output document was read)"
+        items = sorted(self.prof.snapshots.items(), key=lambda kv: (-kv[1], kv[0]))
+        parts = [f"{text(k)}: {n(v)} document{'s' if v != 1 else ''}" for k, v in items[:6]]
+        if len(items) > 6:
+            parts.append(f"{len(items) - 6} more, see Sources")
+        return " (crawls: " + "; ".join(parts) + ")"
 
     def img(self, key: str, alt: str) -> str:
         return f"![{alt}]({self.images[key]})\n" if key in self.images else ""
@@ -119,15 +123,14 @@ class CardWriter:
     def summary(self) -> str:
         langs = self.languages
         top = sorted(langs.items(), key=lambda kv: -kv[1])[:3]
-        snaps = self.snapshots()
         read = self.acc.get("records_read")
         parts = [
             "## Dataset summary\n",
             f"**{text(self.run.name)}** is a web-text pretraining dataset of **{n(self.documents)} documents** "
             + (f"(about **{n(self.prof.tokens_est)} tokens**, estimated with {self.prof.tokenizer}) " if self.prof.tokens_est else "")
             + (f"in {len(langs)} language(s)" + (" (mostly " + ", ".join(f"{code(k)} {pct(v, sum(langs.values()))}" for k, v in top) + ")") if top else "(language not identified by the pipeline)")
-            + ", extracted and filtered from Common Crawl"
-            + (f" snapshot(s) {', '.join(snaps)}" if snaps else "")
+            + ", extracted and filtered from web crawl archives"
+            + self.crawls()
             + f" by the cuvee recipe {code(self.run.name)}.",
         ]
         if read is not None:
@@ -149,9 +152,11 @@ class CardWriter:
         rec_paths = [str(p) for p in (self.run.recipe.get("input") or {}).get("paths") or []]
         lines = ["## Sources\n"]
         if snaps:
-            lines.append("Common Crawl snapshots of the **output** documents (from `cc_snapshot` metadata or the WARC file name):\n")
-            rows = [[k if k != "unknown" else "not recorded (e.g. pre-2013 ARC crawls)", n(v), pct(v, self.prof.documents)] for k, v in sorted(snaps.items(), key=lambda kv: (-kv[1], kv[0]))]
-            lines.append(table(["snapshot", "documents", "share"], rows))
+            lines.append("The crawl each **output** document came from (its `cc_snapshot` metadata or WARC file name; ARC files, "
+                         "the format of Common Crawl's 2008-2012 crawls, record no crawl name; `unknown` where the "
+                         "document says nothing):\n")
+            rows = [[k, n(v), pct(v, self.prof.documents)] for k, v in sorted(snaps.items(), key=lambda kv: (-kv[1], kv[0]))]
+            lines.append(table(["crawl", "documents", "share"], rows))
             lines.append("")
         if rec_paths:
             inp = self.run.recipe.get("input") or {}
@@ -287,6 +292,16 @@ class CardWriter:
         lines.append("\nDeduplication is within this run only (not across other datasets or snapshots processed elsewhere).")
         return "\n".join(lines) + "\n"
 
+    def contamination(self) -> str:
+        """Whether the documents were checked against evaluation sets: says so plainly when they were not."""
+        ran = [st for st in self.run.stages if "contamin" in st.name.lower()]
+        if not ran:
+            return ("## Contamination\n\nNo decontamination stage ran: the documents were not checked against "
+                    "benchmark or evaluation sets, so they may contain test items of public benchmarks. "
+                    "Decontaminate before evaluating a model trained on this data.\n")
+        rows = [[code(st.name), n(st.docs_in), n(st.dropped_total)] for st in ran]
+        return "## Contamination\n\n" + table(["stage", "docs in", "docs removed"], rows) + "\n"
+
     def scores(self) -> str:
         keys = sorted(k for k, v in self.prof.scores.items() if v)
         linked, found = thresholds_by_score(self.run.stages, keys)
@@ -405,6 +420,6 @@ class CardWriter:
     def render(self) -> str:
         parts = [
             self.title(), self.partial_banner(), self.summary(), self.sources(), self.processing(), self.funnel(),
-            self.language(), self.dedup(), self.scores(), self.mix(), self.tokenizer(), self.limitations(), self.citation(),
+            self.language(), self.dedup(), self.contamination(), self.scores(), self.mix(), self.tokenizer(), self.limitations(), self.citation(),
         ]
         return "\n".join(p for p in parts if p)
