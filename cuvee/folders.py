@@ -150,15 +150,18 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 class FolderLock:
-    """An exclusive, non-blocking ``flock`` on ``<folder>/.cuvee.lock``, released on exit or process death."""
+    """An exclusive, non-blocking ``flock`` on ``<folder>/.cuvee.lock``, released on exit or process death.
 
-    def __init__(self, folder: str | Path, what: str = "folder"):
+    ``lock_name`` names another lock file in ``folder``: a user-named output file is locked through a sibling."""
+
+    def __init__(self, folder: str | Path, what: str = "folder", lock_name: str = LOCK):
         self.folder = Path(folder)
         self.what = what
+        self.lock_name = lock_name
         self._fd: int | None = None
 
     def acquire(self) -> "FolderLock":
-        path = self.folder / LOCK
+        path = self.folder / self.lock_name
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:

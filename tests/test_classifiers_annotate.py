@@ -14,7 +14,13 @@ import pytest
 from click.testing import CliRunner
 from datatrove.data import Document
 
-from cuvee.classifiers.annotate import load_done, load_prompt, parse_score, sample_documents
+from cuvee.classifiers.annotate import (
+    load_prompt,
+    parse_score,
+    read_score,
+    sample_documents,
+)
+from cuvee.classifiers.annotations_file import load_done
 from cuvee.classifiers.cli import classify
 from cuvee.classifiers.llm_server import KeyedResponder, serve
 from cuvee.train.demo_data import load_wcxb, split_heldout
@@ -50,8 +56,7 @@ def docs_file(tmp_path_factory, wcxb):
     path = tmp_path_factory.mktemp("docs") / "output" / "part.jsonl"
     path.parent.mkdir(parents=True)
     with open(path, "w") as f:
-        for i, r in enumerate(wcxb[:20]):
-            f.write(json.dumps({"id": f"doc-{i}", "text": r["main_content"]}) + "\n")
+        f.writelines(json.dumps({"id": f"doc-{i}", "text": r["main_content"]}) + "\n" for i, r in enumerate(wcxb[:20]))
         f.write(json.dumps({"id": "empty", "text": "  "}) + "\n")
         f.write(json.dumps({"id": "doc-3", "text": "a repeated id"}) + "\n")
     return path
@@ -85,8 +90,9 @@ def test_parse_score_on_crafted_answers():
     assert parse_score("The extract is a tutorial.\nEducational score: 4") == 4
     assert parse_score("Educational Score: **3**") == 3
     assert parse_score("educational score:5/5") == 5
-    assert parse_score("Educational score: 7") == 5 and parse_score("Educational score: -2") == 0  # clamped
-    assert parse_score("Educational score: 2.5") == 2.5
+    # never clamped or rounded: out of range / not whole is counted, not turned into a label
+    assert read_score("Educational score: 7") == (None, "out_of_range") and parse_score("Educational score: -2") is None
+    assert read_score("Educational score: 2.5") == (None, "not_integer")
     # the last one counts (models restate the format before answering)
     assert parse_score('Use "Educational score: <total points>". ... Educational score: 1') == 1
     for bad in ("", None, "I would give it four points.", "Educational score: <total points>", "Score: 3"):
@@ -123,11 +129,16 @@ def test_sampling_is_seeded_nested_and_order_free(docs_file, tmp_path):
     assert [d.id for d in sample_documents([docs_file.parent.parent], 5, seed=0)] == a
 
 
+OWN = {"text_sha256": "0" * 64, "score": 1, "answer": "Educational score: 1", "model": "m", "prompt": "p",
+       "prompt_sha256": "1" * 64, "prompt_tokens": 3, "completion_tokens": 4}
+
+
 def test_partial_last_line_is_dropped(tmp_path):
     p = tmp_path / "a.jsonl"
-    p.write_text('{"id": "a", "score": 1}\n{"id": "b", "sco')
+    first = json.dumps({"id": "a", **OWN}) + "\n"
+    p.write_text(first + '{"id": "b", "sco')
     done, dropped = load_done(p)
-    assert set(done) == {"a"} and dropped == 1 and p.read_text() == '{"id": "a", "score": 1}\n'
+    assert set(done) == {"a"} and dropped == 1 and p.read_text() == first
 
 
 # ---------------------------------------------------------------- local model
@@ -234,7 +245,7 @@ def test_no_usage_counts_with_model_tokenizer_and_completions_api(tiny_lm, docs_
         assert cli(*http_args(without, tiny_lm, docs_file, short_prompt, b, "--limit", 2)).exit_code == 0
         res = cli(*http_args(with_usage, tiny_lm, docs_file, short_prompt, c, "--limit", 2, "--api", "completions"))
         assert res.exit_code == 0, res.output
-    key = lambda r: (r["id"], r["answer"], r["prompt_tokens"], r["completion_tokens"])  # noqa: E731
+    key = lambda r: (r["id"], r["answer"], r["prompt_tokens"], r["completion_tokens"])
     assert [key(r) for r in lines(a)] == [key(r) for r in lines(b)] == [key(r) for r in lines(c)]
 
 

@@ -9,8 +9,11 @@ Hugging Face causal LM (greedy decoding) or an OpenAI-compatible HTTP endpoint (
 
 The output is JSONL, one line per document (id, text, text_sha256, score or null, the raw answer cut to
 1,000 characters, model, prompt sha256, token counts). It is append-only and resumable: a rerun skips ids
-already written, and a partial last line left by a kill is dropped and redone. Unparseable answers are
-kept with ``score: null`` and counted as ``unparsed``; nothing is guessed. Train the head with
+already written, and a partial last line left by a kill is dropped and redone; a file cuvee did not write
+is refused (``annotations_file.py``). Answers without a score are kept with ``score: null`` and counted as
+``unparsed``, scores outside 0..max or not whole as ``out_of_range`` / ``not_integer``: nothing is clamped
+or guessed. A response the endpoint botched (wrong shape, over the size cap) is counted under ``failed``
+and left for a rerun. Train the head with
 ``cuvee classify train --kind transformer --task regression --data annotations.jsonl --label-key score``.
 """
 
@@ -18,28 +21,24 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-import http.client
 import json
+import logging
 import os
-import random
 import re
-import socket
-import threading
 import time
-import urllib.error
-import urllib.request
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, NamedTuple
+
+from cuvee.classifiers import annotations_file
+from cuvee.classifiers.llm_http import AnnotateError, Completion, ResponseError
+
+log = logging.getLogger(__name__)
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "assets" / "prompts"
 DEFAULT_SCORE_PATTERN = r"educational\s+score\s*[:=]?\s*\**\s*(-?\d+(?:\.\d+)?)"
 ANSWER_CHARS = 1000  # raw answer kept per line
-
-
-class AnnotateError(Exception):
-    """A failure the user has to act on (unreachable endpoint, mismatched output file): reported in one line."""
 
 
 # ---------------------------------------------------------------- prompt and score
@@ -84,16 +83,35 @@ def load_prompt(name_or_path: str) -> PromptTemplate:
     return PromptTemplate(p.stem, text, str(p))
 
 
-def parse_score(answer: str | None, pattern: str = DEFAULT_SCORE_PATTERN, lo: float = 0, hi: float = 5) -> int | float | None:
-    """The LAST ``Educational score: N`` in the answer, clamped to [lo, hi]; None when there is none."""
-    if not answer:
-        return None
-    matches = re.findall(pattern, answer, flags=re.IGNORECASE)
-    if not matches:
-        return None
-    value = float(matches[-1])
-    value = float(min(max(value, lo), hi))
-    return int(value) if value.is_integer() else value
+def read_score(answer: str | None, pattern: str = DEFAULT_SCORE_PATTERN, max_score: float = 5) -> tuple[int | None, str | None]:
+    """The LAST ``Educational score: N`` in the answer as (score, None), or (None, why): ``unparsed`` (no score
+    stated), ``out_of_range`` (outside 0..max_score, or on another scale such as ``7/10``), ``not_integer``."""
+    last = None
+    for last in re.finditer(pattern, answer or "", flags=re.IGNORECASE):
+        pass
+    if last is None:
+        return None, "unparsed"
+    number, tail = last.group(1), answer[last.end():]
+    exponent = re.match(r"[eE][+-]?\d+", tail)
+    if exponent:
+        number, tail = number + exponent.group(), tail[exponent.end():]
+    value = float(number)
+    scale = re.match(r"\s*/\s*(\d+(?:\.\d+)?)", tail)
+    if scale:
+        if float(scale.group(1)) != max_score:
+            return None, "out_of_range"
+    elif tail[:1].isalnum() or tail[:1] == "_":
+        return None, "unparsed"
+    if not 0 <= value <= max_score:
+        return None, "out_of_range"
+    if not value.is_integer():
+        return None, "not_integer"
+    return int(value), None
+
+
+def parse_score(answer: str | None, pattern: str = DEFAULT_SCORE_PATTERN, max_score: float = 5) -> int | None:
+    """The score of :func:`read_score`, None when there is no valid one."""
+    return read_score(answer, pattern, max_score)[0]
 
 
 # ---------------------------------------------------------------- sampling
@@ -149,13 +167,6 @@ def sample_documents(inputs: Iterable[str], n: int, seed: int = 0, counts: dict 
 # ---------------------------------------------------------------- LLM backends
 
 
-class Completion(NamedTuple):
-    text: str
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    retries: int = 0
-
-
 def encode_prompt(tok, prompt: str) -> list[int]:
     """Token ids of a single-user-message prompt: the chat template when the tokenizer has one, else plain text."""
     if getattr(tok, "chat_template", None):
@@ -186,16 +197,17 @@ def generate_greedy(model, tok, input_ids: list[int], max_new_tokens: int) -> tu
 
 
 def load_causal_lm(model: str, device: str = "auto"):
-    """A local (or cached) Hugging Face causal LM and its tokenizer, eval mode."""
+    """A local folder or (where the user named one and is online) a hub causal LM and its tokenizer, eval mode."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from cuvee.classifiers.embedder import pick_device
+    from cuvee.classifiers.hf_loading import ModelLoadError, pretrained
 
     try:
-        tok = AutoTokenizer.from_pretrained(model)
-        lm = AutoModelForCausalLM.from_pretrained(model)
-    except (OSError, ValueError) as e:
-        raise AnnotateError(f"cannot load causal LM {model!r}: {' '.join(str(e).split())[:300]}") from None
+        tok = pretrained(AutoTokenizer, model)
+        lm = pretrained(AutoModelForCausalLM, model)
+    except ModelLoadError as e:
+        raise AnnotateError(f"cannot load causal LM: {e}") from None
     return lm.to(pick_device(device)).eval(), tok
 
 
@@ -214,147 +226,23 @@ class LocalLM:
         return Completion(text, pt, ct)
 
 
-_RETRY_STATUS = {408, 409, 425, 429}
-
-
-class HttpLM:
-    """An OpenAI-compatible endpoint (``{endpoint}/chat/completions`` or ``/completions``), temperature 0."""
-
-    def __init__(self, endpoint: str, model: str, api: str = "chat", api_key: str | None = None, max_new_tokens: int = 256,
-                 timeout: float = 120.0, retries: int = 5, backoff: float = 1.0, concurrency: int = 8,
-                 tokenizer: str | None = None):
-        self.endpoint = endpoint.rstrip("/")
-        self.name = model
-        self.api = api
-        self.api_key = api_key
-        self.max_new_tokens = max_new_tokens
-        self.timeout = timeout
-        self.retries = retries
-        self.backoff = backoff
-        self.concurrency = max(1, concurrency)
-        self._tok_name = tokenizer
-        self._tok = None
-        self._tok_lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"{self.endpoint}/{'chat/completions' if self.api == 'chat' else 'completions'}"
-
-    def _count_tokens(self, prompt: str, answer: str) -> tuple[int | None, int | None]:
-        """Token counts when the endpoint sends no ``usage``: the model's tokenizer, if it loads offline."""
-        with self._tok_lock:
-            if self._tok is None:
-                try:
-                    from transformers import AutoTokenizer
-
-                    self._tok = AutoTokenizer.from_pretrained(self._tok_name or self.name, local_files_only=True)
-                except Exception:  # noqa: BLE001 - any failure means: no counts
-                    self._tok = False
-        if not self._tok:
-            return None, None
-        ids = encode_prompt(self._tok, prompt) if self.api == "chat" else self._tok(prompt)["input_ids"]
-        return len(ids), len(self._tok(answer, add_special_tokens=False)["input_ids"])
-
-    def complete(self, prompt: str) -> Completion:
-        body = {"model": self.name, "max_tokens": self.max_new_tokens, "temperature": 0.0}
-        if self.api == "chat":
-            body["messages"] = [{"role": "user", "content": prompt}]
-        else:
-            body["prompt"] = prompt
-        resp, retries = self._post(body)
-        try:
-            choice = resp["choices"][0]
-            text = choice["message"]["content"] if self.api == "chat" else choice["text"]
-        except (KeyError, IndexError, TypeError):
-            raise AnnotateError(f"{self.url}: unexpected response {json.dumps(resp)[:200]}") from None
-        text = text or ""
-        usage = resp.get("usage") or {}
-        pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        if pt is None or ct is None:
-            pt, ct = self._count_tokens(prompt, text)
-        return Completion(text, pt, ct, retries)
-
-    def _post(self, body: dict) -> tuple[dict, int]:
-        data = json.dumps(body).encode("utf-8")
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        last = "no attempt"
-        for attempt in range(self.retries + 1):
-            wait = None
-            try:
-                req = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
-                with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                    return json.loads(r.read().decode("utf-8")), attempt
-            except urllib.error.HTTPError as e:
-                detail = " ".join(e.read().decode("utf-8", "replace").split())[:200]
-                if e.code not in _RETRY_STATUS and e.code < 500:
-                    raise AnnotateError(f"{self.url}: HTTP {e.code} {detail}") from None
-                last = f"HTTP {e.code} {detail}".strip()
-                ra = e.headers.get("Retry-After") if e.headers else None
-                if ra and ra.replace(".", "", 1).isdigit():
-                    wait = min(float(ra), 60.0)
-            except urllib.error.URLError as e:
-                last = f"cannot reach endpoint: {e.reason}"
-            except (TimeoutError, socket.timeout):
-                last = f"timed out after {self.timeout:g}s"
-            except (ConnectionError, http.client.HTTPException) as e:
-                last = f"connection error: {e!r}"
-            except json.JSONDecodeError:
-                last = "response is not JSON"
-            if attempt < self.retries:
-                time.sleep(wait if wait is not None else min(self.backoff * 2**attempt, 30.0) * (1 + 0.25 * random.random()))
-        raise AnnotateError(f"{self.url}: {last} (gave up after {self.retries + 1} attempts)")
-
-
-# ---------------------------------------------------------------- output file
-
-
-def load_done(path: Path) -> tuple[dict[str, dict], int]:
-    """Records already in ``path`` by id; a partial last line (killed mid-write) is cut off. Returns (done, dropped)."""
-    if not path.exists():
-        return {}, 0
-    data = path.read_bytes()
-    cut = data.rfind(b"\n") + 1
-    dropped = 1 if data[cut:].strip() else 0
-    lines = data[:cut].split(b"\n")[:-1] if cut else []
-    done: dict[str, dict] = {}
-    keep = cut
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:  # a torn final line that happens to end in a newline
-                keep -= len(line) + 1
-                dropped += 1
-                continue
-            raise AnnotateError(f"{path}: line {i + 1} is not JSON; not an annotations file cuvee can resume") from None
-        if isinstance(rec, dict) and "id" in rec:
-            done[str(rec["id"])] = rec
-    if keep != len(data):
-        with open(path, "r+b") as f:
-            f.truncate(keep)
-    return done, dropped
-
-
 @dataclass
 class Tally:
     annotated: int = 0
     scored: int = 0
-    unparsed: int = 0
     retries: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     uncounted: int = 0  # documents whose tokens could not be counted
+    problems: dict = field(default_factory=lambda: {"unparsed": 0, "out_of_range": 0, "not_integer": 0})
+    failed: dict = field(default_factory=dict)  # documents whose response was unusable, by reason (not written)
     histogram: dict = field(default_factory=dict)
 
     def add(self, rec: dict, retries: int) -> None:
         self.annotated += 1
         self.retries += retries
         if rec["score"] is None:
-            self.unparsed += 1
+            self.problems[rec["score_problem"]] += 1
         else:
             self.scored += 1
             b = str(int(rec["score"]))
@@ -365,47 +253,16 @@ class Tally:
             self.prompt_tokens += rec["prompt_tokens"]
             self.completion_tokens += rec["completion_tokens"]
 
+    def fail(self, doc_id: str, e: ResponseError) -> None:
+        self.failed[e.reason] = self.failed.get(e.reason, 0) + 1
+        log.warning("annotate: document %s not annotated (%s): %s", doc_id, e.reason, " ".join(str(e).split())[:300])
 
-def annotate(inputs: Iterable[str], out: str | Path, backend, prompt: PromptTemplate, n: int = 500, seed: int = 0,
-             max_chars: int | None = 2000, limit: int | None = None, store_text: bool = True,
-             score_pattern: str = DEFAULT_SCORE_PATTERN, max_score: float = 5, batch_size: int | None = None,
-             price_per_mtok: tuple[float, float] | None = None, progress: bool = True) -> dict:
-    """Sample, prompt, parse and append; returns the summary (also written to ``<out>.summary.json``)."""
-    t0 = time.perf_counter()
-    out = Path(out)
-    counts: dict = {}
-    sample = sample_documents(inputs, n, seed, counts)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    done, dropped = load_done(out)
-    for rec in done.values():
-        if rec.get("prompt_sha256") not in (None, prompt.sha256) or rec.get("model") not in (None, backend.name):
-            raise AnnotateError(f"{out} holds annotations by model {rec.get('model')!r} / prompt "
-                                f"{str(rec.get('prompt_sha256'))[:12]}; this run is {backend.name!r} / {prompt.sha256[:12]}: "
-                                "use another --out")
-    pending = [d for d in sample if d.id not in done]
-    todo = pending[:limit] if limit is not None else pending
-    k = getattr(backend, "concurrency", 1)
-    batch_size = batch_size or max(16, 4 * k)
-    tally = Tally()
-    error: Exception | None = None
 
-    def work(doc):
-        text = doc.text[:max_chars] if max_chars else doc.text
-        return backend.complete(prompt.fill(text))
-
-    def record(doc, c: Completion) -> dict:
-        rec = {"id": doc.id}
-        if store_text:
-            rec["text"] = doc.text
-        rec.update({"text_sha256": hashlib.sha256(doc.text.encode("utf-8")).hexdigest(),
-                    "score": parse_score(c.text, score_pattern, 0, max_score), "answer": c.text[:ANSWER_CHARS],
-                    "model": backend.name, "prompt": prompt.name, "prompt_sha256": prompt.sha256,
-                    "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens})
-        return rec
-
+def _append(out: Path, todo: list, work, record, tally: Tally, batch_size: int, k: int, progress: bool) -> Exception | None:
+    """Ask for every document of ``todo`` (``k`` in flight), append each answer; the first hard error stops it."""
     from tqdm import tqdm
 
-    t_llm = time.perf_counter()
+    error: Exception | None = None
     bar = tqdm(total=len(todo), desc="annotate", unit="doc", disable=not progress, dynamic_ncols=True)
     pool = ThreadPoolExecutor(max_workers=k) if k > 1 else None
     try:
@@ -416,6 +273,9 @@ def annotate(inputs: Iterable[str], out: str | Path, backend, prompt: PromptTemp
                 for i, doc in enumerate(batch):
                     try:
                         c = futures[i].result() if futures else work(doc)
+                    except ResponseError as e:  # this document's answer is unusable: counted, the run goes on
+                        tally.fail(doc.id, e)
+                        continue
                     except Exception as e:  # noqa: BLE001 - keep the others of this batch, then stop
                         error = error or e
                         if not futures:
@@ -433,18 +293,73 @@ def annotate(inputs: Iterable[str], out: str | Path, backend, prompt: PromptTemp
         bar.close()
         if pool:
             pool.shutdown(wait=True, cancel_futures=True)
-    llm_s = time.perf_counter() - t_llm
-    wall = time.perf_counter() - t0
+    return error
+
+
+def annotate(inputs: Iterable[str], out: str | Path, backend, prompt: PromptTemplate, n: int = 500, seed: int = 0,
+             max_chars: int | None = 2000, limit: int | None = None, store_text: bool = True,
+             score_pattern: str = DEFAULT_SCORE_PATTERN, max_score: float = 5, batch_size: int | None = None,
+             price_per_mtok: tuple[float, float] | None = None, progress: bool = True) -> dict:
+    """Sample, prompt, parse and append; returns the summary (also written to ``<out>.summary.json``)."""
+    t0 = time.perf_counter()
+    out = Path(out)
+    summary_path = Path(str(out) + ".summary.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    held = annotations_file.lock(out)
+    try:
+        done, dropped = annotations_file.load_done(out, backend.name, prompt.sha256)
+        annotations_file.check_summary(summary_path)
+        counts: dict = {}
+        sample = sample_documents(inputs, n, seed, counts)
+        pending = [d for d in sample if d.id not in done]
+        todo = pending[:limit] if limit is not None else pending
+        k = getattr(backend, "concurrency", 1)
+        tally = Tally()
+
+        def work(doc):
+            text = doc.text[:max_chars] if max_chars else doc.text
+            return backend.complete(prompt.fill(text))
+
+        def record(doc, c: Completion) -> dict:
+            rec = {"id": doc.id}
+            if store_text:
+                rec["text"] = doc.text
+            score, problem = read_score(c.text, score_pattern, max_score)
+            rec.update({"text_sha256": hashlib.sha256(doc.text.encode("utf-8")).hexdigest(),
+                        "score": score, "score_problem": problem, "answer": c.text[:ANSWER_CHARS],
+                        "model": backend.name, "prompt": prompt.name, "prompt_sha256": prompt.sha256,
+                        "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens})
+            return rec
+
+        t_llm = time.perf_counter()
+        error = _append(out, todo, work, record, tally, batch_size or max(16, 4 * k), k, progress)
+        llm_s = time.perf_counter() - t_llm
+        summary = _summary(out, backend, prompt, sample, pending, tally, dropped, counts, llm_s, time.perf_counter() - t0,
+                           price_per_mtok)
+        if error is not None:
+            summary["error"] = " ".join(str(error).split())
+        summary_path.write_text(json.dumps(summary, indent=2))
+    finally:
+        held.release()
+    if error is not None:
+        msg = summary["error"] if isinstance(error, AnnotateError) else f"{type(error).__name__}: {summary['error']}"
+        raise AnnotateError(f"{msg} ({tally.annotated} annotated this run and kept in {out}; rerun to resume)")
+    return summary
+
+
+def _summary(out, backend, prompt, sample, pending, tally: Tally, dropped, counts, llm_s, wall, price_per_mtok) -> dict:
     tokens = tally.prompt_tokens + tally.completion_tokens
+    counted = tally.annotated > tally.uncounted or not tally.annotated
     summary = {
         "output": str(out), "model": backend.name, "prompt": prompt.name, "prompt_sha256": prompt.sha256,
         "sampled": len(sample), "already_done": len(sample) - len(pending),
-        "annotated": tally.annotated, "scored": tally.scored, "unparsed": tally.unparsed,
+        "annotated": tally.annotated, "scored": tally.scored, **tally.problems,
+        "failed": sum(tally.failed.values()), "failed_by_reason": dict(sorted(tally.failed.items())),
         "remaining": len(pending) - tally.annotated,
         "dropped_partial_lines": dropped, "retries": tally.retries, "score_histogram": dict(sorted(tally.histogram.items())),
         "skipped_input": {k_: v for k_, v in counts.items() if k_ != "documents_read"}, "documents_read": counts.get("documents_read", 0),
-        "prompt_tokens": tally.prompt_tokens if tally.annotated > tally.uncounted or not tally.annotated else None,
-        "completion_tokens": tally.completion_tokens if tally.annotated > tally.uncounted or not tally.annotated else None,
+        "prompt_tokens": tally.prompt_tokens if counted else None,
+        "completion_tokens": tally.completion_tokens if counted else None,
         "tokens_uncounted_docs": tally.uncounted,
         "wall_s": round(wall, 3), "annotate_s": round(llm_s, 3),
         "docs_per_s": round(tally.annotated / llm_s, 3) if llm_s > 0 else None,
@@ -455,10 +370,4 @@ def annotate(inputs: Iterable[str], out: str | Path, backend, prompt: PromptTemp
         p_in, p_out = price_per_mtok
         summary["price_per_mtok"] = {"input": p_in, "output": p_out}
         summary["estimated_cost"] = round(tally.prompt_tokens / 1e6 * p_in + tally.completion_tokens / 1e6 * p_out, 6)
-    if error is not None:
-        summary["error"] = " ".join(str(error).split())
-    Path(str(out) + ".summary.json").write_text(json.dumps(summary, indent=2))
-    if error is not None:
-        msg = summary["error"] if isinstance(error, AnnotateError) else f"{type(error).__name__}: {summary['error']}"
-        raise AnnotateError(f"{msg} ({tally.annotated} annotated this run and kept in {out}; rerun to resume)")
     return summary

@@ -74,14 +74,21 @@ def train_cmd(data, positive, negative, text_key, label_key, limit, positive_lab
     train, valid = ex.split(valid_fraction, seed)
     click.echo(f"examples: {len(train)} train, {len(valid)} held out; skipped: {ex.skipped or 'none'}", err=True)
     if kind == "fasttext":
-        from cuvee.classifiers.fasttext_model import FastTextConfig, evaluate_fasttext, train_fasttext
+        from cuvee.classifiers.fasttext_model import (
+            FastTextConfig,
+            evaluate_fasttext,
+            train_fasttext,
+        )
 
         cfg = FastTextConfig(lr=lr or 0.1, dim=dim, epoch=epoch or 5, word_ngrams=word_ngrams, bucket=bucket,
                              threads=threads, seed=seed, quantize=quantize)
         train_fasttext(train, output, cfg)
         metrics = evaluate_fasttext(output, valid, positive_label) if len(valid) else {}
     else:
-        from cuvee.classifiers.transformer_model import evaluate_transformer, train_transformer
+        from cuvee.classifiers.transformer_model import (
+            evaluate_transformer,
+            train_transformer,
+        )
 
         train_transformer(train, output, encoder=encoder, task=task, max_length=max_length, epochs=epoch or 300, lr=lr or 1e-2)
         metrics = evaluate_transformer(output, valid, positive_label, positive_at=positive_at) if len(valid) else {}
@@ -184,16 +191,20 @@ def apply_cmd(model, inputs, output, name, positive_label, threshold, top_percen
 @click.option("--concurrency", type=int, default=8, show_default=True, help="requests in flight (endpoint only)")
 @click.option("--limit", type=int, default=None, help="annotate at most this many new documents in this run")
 @click.option("--retries", type=int, default=5, show_default=True, help="per request, on 429/5xx/timeouts (exponential backoff)")
-@click.option("--timeout", type=float, default=120.0, show_default=True, help="seconds per request")
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="seconds per request, in all (connect, wait and the whole answer)")
+@click.option("--max-response-bytes", type=int, default=8 << 20, show_default=True,
+              help="larger answers are refused and counted under failed")
 @click.option("--tokenizer", default=None, help="count tokens with this tokenizer when the endpoint sends no usage")
 @click.option("--price-per-mtok", nargs=2, type=float, default=None, help="IN OUT prices per million tokens, for the cost estimate")
 @click.option("--store-text/--no-store-text", default=True, show_default=True, help="keep the text (needed by classify train)")
 @click.option("--device", default="auto", show_default=True, help="local model: auto, cpu or cuda")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def annotate_cmd(inputs, out, model, endpoint, api, api_key_env, prompt, n, seed, max_chars, max_new_tokens, concurrency,
-                 limit, retries, timeout, tokenizer, price_per_mtok, store_text, device, progress):
+                 limit, retries, timeout, max_response_bytes, tokenizer, price_per_mtok, store_text, device, progress):
     """Score a seeded sample of documents with an LLM (FineWeb-Edu prompt by default) into an annotations JSONL."""
-    from cuvee.classifiers.annotate import AnnotateError, HttpLM, LocalLM, annotate, load_prompt
+    from cuvee.classifiers.annotate import LocalLM, annotate, load_prompt
+    from cuvee.classifiers.llm_http import AnnotateError, HttpLM
 
     try:
         template = load_prompt(prompt)
@@ -204,7 +215,8 @@ def annotate_cmd(inputs, out, model, endpoint, api, api_key_env, prompt, n, seed
                 if not key:
                     raise AnnotateError(f"--api-key-env {api_key_env}: that environment variable is not set")
             backend = HttpLM(endpoint, model, api=api, api_key=key, max_new_tokens=max_new_tokens, timeout=timeout,
-                             retries=retries, concurrency=concurrency, tokenizer=tokenizer)
+                             retries=retries, concurrency=concurrency, tokenizer=tokenizer,
+                             max_bytes=max_response_bytes)
         else:
             backend = LocalLM(model, max_new_tokens=max_new_tokens, device=device)
         summary = annotate(inputs, out, backend, template, n=n, seed=seed, max_chars=max_chars, limit=limit,

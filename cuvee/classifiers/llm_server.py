@@ -17,8 +17,8 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 
 Responder = Callable[[str, int, bool], tuple]  # (prompt, max_tokens, chat) -> (text, prompt_tokens | None, completion_tokens | None)
 
@@ -82,7 +82,7 @@ class LLMServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
 
-    def start(self) -> "LLMServer":
+    def start(self) -> LLMServer:
         self._thread.start()
         return self
 

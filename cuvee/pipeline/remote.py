@@ -11,9 +11,10 @@ raised and the reader counts the file as failed.
 
 from __future__ import annotations
 
-import random
-import time
-from typing import IO, Any, Callable
+from collections.abc import Callable
+from typing import IO
+
+from cuvee.pipeline import retry as _retry
 
 PERMANENT_HTTP = frozenset({400, 401, 403, 404, 405, 410, 411, 412, 413, 414, 416, 451})
 
@@ -41,30 +42,11 @@ def _is_network_error(exc: BaseException) -> bool:
                          "ResponseStreamingError", "FSTimeoutError"})
 
 
-class RetryPolicy:
-    """``retries`` further attempts after the first, sleeping ``backoff_s * 2**k`` (+ up to 25 % jitter)."""
+class RetryPolicy(_retry.RetryPolicy):
+    """The shared retry helper with remote reads' idea of a transient error (:func:`is_transient`)."""
 
     def __init__(self, retries: int = 5, backoff_s: float = 1.0, max_sleep_s: float = 60.0):
-        self.retries = retries
-        self.backoff_s = backoff_s
-        self.max_sleep_s = max_sleep_s
-
-    def sleep(self, attempt: int) -> None:
-        delay = min(self.max_sleep_s, self.backoff_s * (2 ** attempt))
-        time.sleep(delay * (1 + 0.25 * random.random()))
-
-    def call(self, fn: Callable[[], Any], on_retry: Callable[[BaseException], None] | None = None) -> Any:
-        """``fn()`` with retries on transient errors (for opening, listing, HEAD requests)."""
-        for attempt in range(self.retries + 1):
-            try:
-                return fn()
-            except Exception as e:  # noqa: BLE001 - classified below
-                if attempt >= self.retries or not is_transient(e):
-                    raise
-                if on_retry:
-                    on_retry(e)
-                self.sleep(attempt)
-        raise AssertionError("unreachable")
+        super().__init__(retries, backoff_s, max_sleep_s, transient=is_transient)
 
 
 class RetryingFile:
