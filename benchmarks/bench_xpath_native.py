@@ -29,7 +29,8 @@ def expressions(pages):
     from trafilatura.settings import Extractor
     from trafilatura.utils import load_html
 
-    from cuvee.pipeline.stages.xpath_guard import expression_lists, guarded
+    from cuvee.pipeline.stages.trafilatura_patches import expression_lists
+    from cuvee.pipeline.stages.xpath_guard import guarded
     from cuvee.pipeline.stages.xpath_native import compile_native
 
     t0 = time.perf_counter()

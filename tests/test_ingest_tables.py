@@ -11,7 +11,7 @@ from datatrove.data import Document
 
 from _extract_helpers import sample_pages
 from cuvee.pipeline.stages.extract import TrafilaturaExtract
-from cuvee.pipeline.stages.table_text import check_supported, tables_as_text
+from cuvee.pipeline.stages.trafilatura_patches import Patches, patched
 
 
 CELL_A = "The river valley was settled by farmers who cultivated wheat and barley along the fertile banks."
@@ -24,7 +24,7 @@ LAYOUT = (
     f"<tr><th>Note</th><td>{CELL_C}<br>Second line of the cell.</td></tr>"
     "</table></body></html>"
 )
-PIPE_ROW = re.compile(r"^\|.*\|\s*$", re.M)
+PIPE_ROW = re.compile(r"^\|.*\|\s*$", re.MULTILINE)
 
 
 def extract(html: str, tables: str) -> str:
@@ -47,31 +47,15 @@ def test_layout_table_cells_become_lines_not_pipe_rows():
     assert word_seq(text) == word_seq(md)
 
 
-def test_the_patch_is_scoped_to_the_stage_and_checked():
-    check_supported()
+def test_the_patch_is_scoped_to_the_stage():
     original = trafilatura.core.xmltotxt
-    with tables_as_text():
+    with patched(Patches(tables_as_text=True)):
         assert trafilatura.core.xmltotxt is not original
     assert trafilatura.core.xmltotxt is original
-    with tables_as_text(False):
+    with patched(Patches()):
         assert trafilatura.core.xmltotxt is original
     with pytest.raises(ValueError, match="tables"):
         TrafilaturaExtract(tables="html")
-
-
-def test_a_trafilatura_that_stops_calling_xmltotxt_is_refused_loudly(monkeypatch):
-    """A future release that renders text another way would silently bring pipe rows back; refuse instead."""
-    from cuvee.pipeline.stages.fallback_skip import UnsupportedTrafilatura
-
-    def determine_returnstring(document, options):  # a release that no longer calls xmltotxt
-        return ""
-
-    monkeypatch.setattr(trafilatura.core, "determine_returnstring", determine_returnstring)
-    with pytest.raises(UnsupportedTrafilatura, match="extract.tables: markdown"):
-        with tables_as_text():
-            pass
-    with tables_as_text(False):  # markdown needs no internal
-        pass
 
 
 def test_real_pages_same_words_and_no_pipe_rows():

@@ -13,7 +13,8 @@ from lxml.html import fromstring
 
 from _extract_helpers import extract_samples, sample_pages
 from cuvee.pipeline.stages import xpath_native
-from cuvee.pipeline.stages.xpath_guard import REGEXP_NS, expression_lists, guarded_xpaths
+from cuvee.pipeline.stages.trafilatura_patches import Patches, expression_lists, patched
+from cuvee.pipeline.stages.xpath_guard import REGEXP_NS
 from cuvee.pipeline.stages.xpath_native import NativeXPath, compile_native, first_attribute, translate_table
 
 NS = {"re": REGEXP_NS}
@@ -176,8 +177,8 @@ def test_same_extraction_with_and_without_compiled_xpaths_and_lists_restored():
     assert on == off and len(on) > 30
     assert {name: list(lst) for name, lst in expression_lists().items()} == before
     lists = expression_lists()  # the list objects every trafilatura module shares, swapped in place
-    with guarded_xpaths(enabled=False, native=True):  # compiled where possible, trafilatura's own elsewhere
+    with patched(Patches(native_xpaths=True)):  # compiled where possible, trafilatura's own elsewhere
         assert any(isinstance(x, NativeXPath) for x in lists["OVERALL_DISCARD_XPATH"])
         assert all(not isinstance(x, NativeXPath) for x in lists["TAGS_XPATHS"])
-        assert lists["TAGS_XPATHS"] == before["TAGS_XPATHS"]  # not guarded either: enabled=False
+        assert lists["TAGS_XPATHS"] == before["TAGS_XPATHS"]  # not guarded either: guard_xpaths off
     assert {name: list(lst) for name, lst in expression_lists().items()} == before

@@ -10,10 +10,11 @@ duplicated content with its own line / exact / MinHash dedup stages, which are d
 ScrapingHub benchmark from raw WARC bytes: F1 0.9554 (default) vs 0.9498 (``deduplicate: true``).
 
 A second difference from a bare trafilatura 2.x call: tables are written as lines, not as pipe rows
-(``tables: text``, see :mod:`cuvee.pipeline.stages.table_text`), as trafilatura 1.x did for FineWeb.
-Two speed-ups leave trafilatura's output unchanged or at its F1: the fallback comparison is skipped for long
-main texts (:mod:`~cuvee.pipeline.stages.fallback_skip`), and its regex XPaths are guarded
-(:mod:`~cuvee.pipeline.stages.xpath_guard`).
+(``tables: text``, see :mod:`cuvee.pipeline.stages.trafilatura_patches`), as trafilatura 1.x did for FineWeb.
+Speed-ups leave trafilatura's output unchanged or at its F1: the fallback comparison is skipped for long
+main texts, and its boilerplate XPaths are guarded or compiled. Every change to trafilatura's internals goes
+through :mod:`~cuvee.pipeline.stages.trafilatura_patches`, which applies them only on the trafilatura release
+they were verified on, after a probe on bundled pages; otherwise extraction is plain trafilatura, said once.
 
 Four guards, each a counted drop:
 
@@ -48,6 +49,7 @@ from datatrove.utils.logging import logger
 from pydantic import Field
 
 from cuvee.pipeline.registry import BuildContext, StageParams, register_stage
+from cuvee.pipeline.stages.trafilatura_patches import Patches, off_reason, patched
 
 
 class ExtractionTimeout(BaseException):
@@ -68,44 +70,55 @@ def _on_alarm(signum, frame):
     raise ExtractionTimeout()
 
 
+class ExtractParams(StageParams):
+    timeout_s: float = Field(1.0, gt=0, description="per-document extraction time limit (FineWeb: 1 s)")
+    max_input_chars: int = Field(2_000_000, gt=0, description="HTML longer than this is dropped unparsed")
+    favor_precision: bool = True
+    include_comments: bool = False
+    deduplicate: bool = Field(False, description="trafilatura's process-wide duplicate-paragraph cache: output then depends on "
+                              "what the task saw before (task count, order); FineWeb: true. cuvee's dedup stages do this job")
+    include_tables: bool = True
+    fast: bool = Field(False, description="trafilatura no_fallback: skip the readability/justext fallbacks (faster, slightly lower recall)")
+    timer: Literal["cpu", "wall"] = Field("cpu", description="measure timeout_s in process CPU time (robust on busy nodes) or wall time")
+    skip_fallback_above: int | None = Field(
+        2000, ge=0, description="skip trafilatura's readability/jusText comparison when its main text has at least "
+                                "this many characters (~1.4x faster, same F1 on both benchmarks); null = always compare")
+    tables: Literal["text", "markdown"] = Field(
+        "text", description="table cells as their own lines, as trafilatura 1.x and FineWeb had them (text), or "
+                            "trafilatura 2.x's pipe rows (markdown), which FineWeb's line rules mostly drop")
+    guard_xpaths: bool = Field(
+        True, description="evaluate trafilatura's boilerplate XPaths with their regex tests guarded by an attribute "
+                          "check: the same nodes and output, ~10 % less extraction time; false = trafilatura's own")
+    native_xpaths: bool = Field(
+        True, description="evaluate the boilerplate XPaths that fit a small XPath subset as compiled Python over "
+                          "lxml's C tag filter, with cached regex verdicts: the same nodes and output, 1.3-1.5x faster "
+                          "extraction on the benchmark pages; false = libxml2's XPath engine")
+
+
 class TrafilaturaExtract(PipelineStep):
     """HTML in ``doc.text`` -> main text in ``doc.text`` (trafilatura, FineWeb settings)."""
 
     name = "⛏ trafilatura extract"
     type = "🛢 - EXTRAC"
 
-    def __init__(
-        self,
-        timeout_s: float = 1.0,
-        max_input_chars: int = 2_000_000,
-        favor_precision: bool = True,
-        include_comments: bool = False,
-        deduplicate: bool = False,
-        include_tables: bool = True,
-        fast: bool = False,
-        timer: str = "cpu",
-        skip_fallback_above: int | None = 2000,
-        tables: str = "text",
-        guard_xpaths: bool = True,
-        native_xpaths: bool = True,
-    ):
+    def __init__(self, params: ExtractParams | None = None, **overrides):
+        """``TrafilaturaExtract(params)`` or ``TrafilaturaExtract(timeout_s=..., ...)``: the settings and their
+        defaults are :class:`ExtractParams`' fields, validated there."""
         super().__init__()
-        if timer not in ("cpu", "wall"):
-            raise ValueError(f"timer must be 'cpu' or 'wall', got {timer!r}")
-        self.timer = timer
-        if tables not in ("text", "markdown"):
-            raise ValueError(f"tables must be 'text' or 'markdown', got {tables!r}")
-        self.tables = tables
-        self.guard_xpaths = guard_xpaths
-        self.native_xpaths = native_xpaths
-        self.timeout_s = timeout_s
-        self.max_input_chars = max_input_chars
-        self.kwargs = dict(
-            favor_precision=favor_precision, include_comments=include_comments, deduplicate=deduplicate,
-            include_tables=include_tables, fast=fast,
-        )
-        self.skip_fallback_above = None if fast else skip_fallback_above
+        if params is not None and overrides:
+            raise TypeError("TrafilaturaExtract takes ExtractParams or keywords, not both")
+        p = params if params is not None else ExtractParams(**overrides)
+        self.timer = p.timer
+        self.timeout_s = p.timeout_s
+        self.max_input_chars = p.max_input_chars
+        self.kwargs = {"favor_precision": p.favor_precision, "include_comments": p.include_comments,
+                       "deduplicate": p.deduplicate, "include_tables": p.include_tables, "fast": p.fast}
+        self.skip_fallback_above = None if p.fast else p.skip_fallback_above
+        self.patches = Patches(skip_fallback_above=self.skip_fallback_above, tables_as_text=p.tables == "text",
+                               guard_xpaths=p.guard_xpaths, native_xpaths=p.native_xpaths)
         self._errors_logged = 0
+        if self.patches.any():
+            off_reason()  # verified (and any refusal said) once per process, here when the recipe is built
 
     def _extract(self, html: str, url: str | None) -> str | None:
         from trafilatura import extract
@@ -123,16 +136,11 @@ class TrafilaturaExtract(PipelineStep):
 
         payload = pop_raw_payload(doc)
         if payload is not None and not doc.text:
-            doc.text, enc, src = decode_html(payload, doc.metadata.get("content_type") or "")
+            doc.text, _enc, _src = decode_html(payload, doc.metadata.get("content_type") or "")
         return doc.text
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        from cuvee.pipeline.stages.fallback_skip import skip_fallback_above
-        from cuvee.pipeline.stages.table_text import tables_as_text
-        from cuvee.pipeline.stages.xpath_guard import guarded_xpaths
-
-        with skip_fallback_above(self.skip_fallback_above), tables_as_text(self.tables == "text"), \
-                guarded_xpaths(self.guard_xpaths, self.native_xpaths):
+        with patched(self.patches):
             yield from self._run_timed(data)
 
     def _run_timed(self, data: DocumentsPipeline) -> DocumentsPipeline:
@@ -189,7 +197,7 @@ class TrafilaturaExtract(PipelineStep):
                         text = call(html, url)
                     except ExtractionTimeout:
                         reason = "extraction_timeout"
-                    except Exception as e:
+                    except Exception as e:  # noqa: BLE001 - counted and logged as extraction_error
                         reason = "extraction_error"
                         if self._errors_logged < 10:
                             self._errors_logged += 1
@@ -207,32 +215,7 @@ class TrafilaturaExtract(PipelineStep):
             yield doc
 
 
-class ExtractParams(StageParams):
-    timeout_s: float = Field(1.0, gt=0, description="per-document extraction time limit (FineWeb: 1 s)")
-    max_input_chars: int = Field(2_000_000, gt=0, description="HTML longer than this is dropped unparsed")
-    favor_precision: bool = True
-    include_comments: bool = False
-    deduplicate: bool = Field(False, description="trafilatura's process-wide duplicate-paragraph cache: output then depends on "
-                              "what the task saw before (task count, order); FineWeb: true. cuvee's dedup stages do this job")
-    include_tables: bool = True
-    fast: bool = Field(False, description="trafilatura no_fallback: skip the readability/justext fallbacks (faster, slightly lower recall)")
-    timer: Literal["cpu", "wall"] = Field("cpu", description="measure timeout_s in process CPU time (robust on busy nodes) or wall time")
-    skip_fallback_above: int | None = Field(
-        2000, ge=0, description="skip trafilatura's readability/jusText comparison when its main text has at least "
-                                "this many characters (~1.4x faster, same F1 on both benchmarks); null = always compare")
-    tables: Literal["text", "markdown"] = Field(
-        "text", description="table cells as their own lines, as trafilatura 1.x and FineWeb had them (text), or "
-                            "trafilatura 2.x's pipe rows (markdown), which FineWeb's line rules mostly drop")
-    guard_xpaths: bool = Field(
-        True, description="evaluate trafilatura's boilerplate XPaths with their regex tests guarded by an attribute "
-                          "check: the same nodes and output, ~10 % less extraction time; false = trafilatura's own")
-    native_xpaths: bool = Field(
-        True, description="evaluate the boilerplate XPaths that fit a small XPath subset as compiled Python over "
-                          "lxml's C tag filter, with cached regex verdicts: the same nodes and output, 1.3-1.5x faster "
-                          "extraction on the benchmark pages; false = libxml2's XPath engine")
-
-
 @register_stage("extract", ExtractParams)
 def build_extract(p: ExtractParams, ctx: BuildContext):
     """Trafilatura main-text extraction (FineWeb settings) with a per-document time limit and size cap."""
-    return [TrafilaturaExtract(**p.model_dump())]
+    return [TrafilaturaExtract(p)]

@@ -16,18 +16,16 @@ anything but attributes and expressions that use a namespace prefix other than `
 rewritten expression selects the same nodes as the original on real pages, and extraction output is
 identical with the guard on and off (``tests/test_ingest_xpath_guard.py``).
 
-How: while the ``extract`` stage runs (``extract.guard_xpaths``, default true), the expression lists in
-``trafilatura.xpaths`` are swapped **in place** for the guarded ones (every trafilatura module holds the
-same list objects) and restored afterwards. A trafilatura release that moves them only loses the speed-up,
-never changes the output. With ``extract.native_xpaths`` (default true), an expression that fits
-``xpath_native``'s subset is swapped for its compiled Python twin instead, and only the others for their
-guarded XPath.
+How: while the ``extract`` stage runs (``extract.guard_xpaths``, default true),
+:mod:`~cuvee.pipeline.stages.trafilatura_patches` swaps the expression lists in ``trafilatura.xpaths`` for
+their :func:`twin` (verified first, restored afterwards). With ``extract.native_xpaths`` (default true), an
+expression that fits ``xpath_native``'s subset gets its compiled Python twin instead, and only the others
+their guarded XPath.
 """
 
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
 
 REGEXP_NS = "http://exslt.org/regular-expressions"
 
@@ -76,15 +74,6 @@ def guarded(xpath):
     return _compiled[new_path]
 
 
-def expression_lists() -> dict[str, list]:
-    """trafilatura's module-level XPath lists (name -> the list object every trafilatura module shares)."""
-    from lxml.etree import XPath
-    import trafilatura.xpaths as xpaths
-
-    return {name: value for name, value in vars(xpaths).items()
-            if isinstance(value, list) and value and all(isinstance(x, XPath) for x in value)}
-
-
 _native: dict[str, object] = {}
 
 
@@ -97,22 +86,7 @@ def compiled(xpath):
     return _native[xpath.path]
 
 
-@contextmanager
-def guarded_xpaths(enabled: bool = True, native: bool = False):
-    """Within the block, trafilatura evaluates the guarded (and, with ``native``, compiled) expressions; the
-    originals come back afterwards."""
-    if not enabled and not native:
-        yield
-        return
-
-    def swap(xpath):  # the compiled twin if asked for and there is one, else guarded or trafilatura's own
-        return (native and compiled(xpath)) or (guarded(xpath) if enabled else xpath)
-
-    saved = [(lst, list(lst)) for lst in expression_lists().values()]
-    try:  # a swap that fails half-way (an expression that does not compile) still restores every list
-        for lst, original in saved:
-            lst[:] = [swap(x) for x in original]
-        yield
-    finally:
-        for lst, original in saved:
-            lst[:] = original
+def twin(xpath, guard: bool = True, native: bool = False):
+    """What trafilatura evaluates instead of ``xpath``: its compiled twin if asked for and there is one, else
+    the guarded XPath if asked for, else ``xpath`` itself."""
+    return (native and compiled(xpath)) or (guarded(xpath) if guard else xpath)

@@ -37,7 +37,7 @@ _TOKEN = re.compile(r"""\s*(?:
   | (?P<attr>@[A-Za-z_][\w.-]*)
   | (?P<self>self::[A-Za-z_][\w.-]*)
   | (?P<name>[A-Za-z_][\w.-]*(?::[A-Za-z_][\w.-]*)?)
-)""", re.X)
+)""", re.VERBOSE)
 
 CACHE_LIMIT = 1 << 16  # verdicts cached per pattern; cleared when full so a long run's memory stays bounded
 
@@ -83,7 +83,7 @@ def first_attribute(element, names: tuple[str, ...]) -> str:
         value = element.get(name)
         if value is not None:
             if found is not None:  # several present: XPath's document order is the element's attribute order
-                for key in element.keys():
+                for key in element.attrib:  # attribute order (iterating the element gives children)
                     if key in names:
                         return element.get(key)
             found = value
