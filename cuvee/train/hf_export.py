@@ -76,8 +76,18 @@ def export_hf(model_or_state, cfg: ModelConfig, out_dir: str | Path, tokenizer: 
 
 
 def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
-    """HF export straight from a cuvee checkpoint file or run directory."""
-    from cuvee.train.checkpoint import load_checkpoint
+    """HF export straight from a cuvee checkpoint file or run directory, into a folder cuvee owns.
 
-    state = load_checkpoint(checkpoint)
-    return export_hf(state["model"], ModelConfig(**state["model_config"]), out_dir, state.get("tokenizer"))
+    The folder is claimed as kind "eval" (an export exists to be evaluated; a folder holding someone else's
+    files is refused), locked while written, emptied and written whole, and bound to the checkpoint it was
+    exported from (``.cuvee-plan.json``), so it never mixes two exports and always says which one it holds."""
+    from cuvee.folders import bind, claim, empty_owned, locked
+    from cuvee.train.checkpoint import checkpoint_identity, load_checkpoint
+
+    state = load_checkpoint(checkpoint)  # a crafted checkpoint is refused before any folder is made
+    out_dir, what = Path(out_dir), "Hugging Face export folder"
+    claim(out_dir, "eval", what=what)
+    with locked(out_dir, what):
+        empty_owned(out_dir, "eval", what=what)
+        bind(out_dir, {"export_of": checkpoint_identity(checkpoint)}, what=what)
+        return export_hf(state["model"], ModelConfig(**state["model_config"]), out_dir, state.get("tokenizer"))
