@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import click
 import pytest
 
 from cuvee.yaml_safe import MAX_DEPTH, YamlLoadError, YamlTooLargeError, load_yaml
@@ -88,6 +87,7 @@ def test_every_yaml_loader_in_cuvee_goes_through_yaml_safe():
 def test_train_set_override_alias_bomb_is_refused():
     from cuvee.train.cli import _parse_overrides
 
-    with pytest.raises((YamlLoadError, click.BadParameter)) as ei:
+    with pytest.raises(Exception) as ei:  # the CLI's own error type; what matters is its message
         _parse_overrides(("x=" + "[" * 500 + "]" * 500,))
+    assert not isinstance(ei.value, RecursionError)
     assert "nested" in str(ei.value) and len(str(ei.value)) < 400
