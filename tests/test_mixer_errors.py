@@ -127,6 +127,25 @@ def test_example_mixes_validate():
         assert abs(sum(cfg.weights) - 1) < 1e-9, path
 
 
+DEMO_OUTPUT_TOKENS = 23_752  # cl100k tokens in runs/demo/output after `cuvee demo` (34 documents)
+
+
+def test_bundled_mixes_fit_what_the_demo_writes():
+    """Each mix in mixes/ that reads runs/demo/output can be built from what `cuvee demo` leaves there, with 20 %
+    headroom (anneal_control needed 12.6 epochs against a cap of 10); llama3_like is a full-snapshot template
+    and says so."""
+    for path in sorted((REPO / "mixes").glob("*.yaml")):
+        cfg = load_mix_config(path)
+        if cfg.name == "llama3_like":
+            assert "not runnable on the bundled sample" in path.read_text()
+            continue
+        for s, w in zip(cfg.sources, cfg.weights):
+            if s.paths == ["runs/demo/output"]:
+                assert w * cfg.target_tokens <= 0.8 * DEMO_OUTPUT_TOKENS * s.max_epochs, (path.name, s.name)
+            else:
+                assert all(p.startswith("data/") for p in s.paths), (path.name, s.name)  # bundled files
+
+
 def test_verify_detects_corrupted_shard(small_source, tmp_path):
     from click.testing import CliRunner
 
