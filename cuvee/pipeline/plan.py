@@ -5,11 +5,16 @@ rerun is the *same* run. A changed task count re-shards the input (``files[rank:
 ranks would stand for files they never read; an edited recipe would label old output with new settings.
 The plan pins down everything that decides a run's output: the resolved recipe (less the settings
 that only change speed), the task count and, per input path, the files each task owns with their
-sizes. ``cuvee run`` refuses to resume a folder whose recorded plan differs (``cuvee.folders.bind``).
+sizes and stamps (local: modification time and a hash of the first and last 64 KiB; remote: the
+store's ETag / modification time), so a file rewritten in place at the same size is noticed too.
+``cuvee run`` refuses to resume a folder whose recorded plan differs (``cuvee.folders.bind``), and names
+a changed input file in one line first (:func:`refuse_changed_inputs`).
 """
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +25,41 @@ _SPEED_ONLY = ("workers", "time", "partition", "cpus_per_task", "mem_per_cpu_gb"
                "sbatch_args", "env_command", "address", "num_cpus")
 
 
-def _file_size(path: str) -> int | None:
+_EDGE = 64 * 1024  # bytes hashed at each end of a local file
+_REMOTE_STAMP_KEYS = ("ETag", "etag", "LastModified", "last_modified", "mtime", "VersionId", "generation")
+
+
+def _file_entry(path: str) -> tuple[int | None, dict[str, Any] | None]:
+    """(size, stamp) of one input file; either is None when it cannot be read (recorded as unknown, not guessed)."""
+    if "://" not in path:
+        try:
+            return _local_entry(path)
+        except OSError:
+            return None, None
     try:
         from fsspec.core import url_to_fs
 
         fs, p = url_to_fs(path)
-        return int(fs.size(p))
-    except Exception:  # noqa: BLE001 - a size we cannot read is recorded as unknown, not guessed
-        return None
+        info = fs.info(p)
+    except Exception:  # noqa: BLE001 - any remote failure: unknown, the reader reports the file itself
+        return None, None
+    size = info.get("size")
+    stamp = {k: str(info[k]) for k in _REMOTE_STAMP_KEYS if info.get(k) is not None}
+    return (int(size) if size is not None else None), (stamp or None)
+
+
+def _local_entry(path: str) -> tuple[int, dict[str, Any]]:
+    """Size, modification time and a SHA-256 of the first and last 64 KiB: a rewrite in place at the same size
+    changes the time, and a copy that keeps the time but not the bytes changes the hash in most cases."""
+    import hashlib
+
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        h = hashlib.sha256(f.read(_EDGE))
+        if st.st_size > _EDGE:
+            f.seek(max(_EDGE, st.st_size - _EDGE))
+            h.update(f.read(_EDGE))
+    return st.st_size, {"mtime_ns": st.st_mtime_ns, "head_tail_sha256": h.hexdigest()}
 
 
 def input_files(recipe: Recipe) -> list[dict[str, Any]]:
@@ -50,8 +82,52 @@ def input_files(recipe: Recipe) -> list[dict[str, Any]]:
             files = plan_input_files(p, recipe.input.format)
         except (OSError, RuntimeError, ValueError) as e:
             raise RecipeError(f"input.paths: {p!r}: cannot list its files: {e}") from None
-        out.append({"path": p, "files": [[f, _file_size(f)] for f in files]})
+        entries = [_file_entry(f) for f in files]
+        out.append({"path": p, "files": [[f, size] for f, (size, _) in zip(files, entries)],
+                    "stamps": [stamp for _, stamp in entries]})
     return out
+
+
+def refuse_changed_inputs(folder: Path, plan: dict[str, Any]) -> None:
+    """One line naming the first input file that changed since ``folder``'s recorded plan (same path, other size
+    or stamp), before ``bind`` lists every difference; nothing when no plan is recorded or the files are the same.
+
+    Resuming would mix results of the old bytes (finished tasks) with the new (the rest)."""
+    from cuvee.folders import PLAN, FolderError
+
+    try:
+        recorded = json.loads((Path(folder) / PLAN).read_text())["binding"]["inputs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # no plan yet, or one bind will report
+    before = {}
+    for inp in recorded if isinstance(recorded, list) else ():
+        files, stamps = inp.get("files") or [], inp.get("stamps") or []
+        for i, entry in enumerate(files):
+            if isinstance(entry, list) and len(entry) == 2:
+                before[entry[0]] = (entry[1], stamps[i] if i < len(stamps) else None)
+    for inp in plan["inputs"]:
+        for (f, size), stamp in zip(inp["files"], inp.get("stamps") or [None] * len(inp["files"])):
+            if f not in before:
+                continue
+            old_size, old_stamp = before[f]
+            what = _change(old_size, old_stamp, size, stamp)
+            if what:
+                raise FolderError(f"run folder {folder}: its inputs changed since it started: {f} ({what}); resuming "
+                                  f"would mix results of old and new content, so restore the file or rerun with --fresh")
+
+
+def _change(old_size, old_stamp, size, stamp) -> str | None:
+    if old_size != size:
+        return f"size {old_size} -> {size} bytes"
+    if old_stamp is None or stamp is None or old_stamp == stamp:
+        return None
+    if old_stamp.get("head_tail_sha256") != stamp.get("head_tail_sha256"):
+        return "same size, other content"
+    if old_stamp.get("mtime_ns") != stamp.get("mtime_ns"):
+        return "same size, rewritten (modification time differs)"
+    return "same size, another version on the store (" + ", ".join(
+        f"{k} {old_stamp.get(k)} -> {stamp.get(k)}" for k in sorted(set(old_stamp) | set(stamp))
+        if old_stamp.get(k) != stamp.get(k)) + ")"
 
 
 def snapshot_sample(recipe: Recipe):

@@ -19,7 +19,7 @@ from cuvee.pipeline.compiler import check_inputs, compile_recipe
 from cuvee.pipeline.console import PhaseProgress, quiet_datatrove
 from cuvee.pipeline.executors import build_chain, job_completed_ranks
 from cuvee.pipeline.recipe import LocalExecutorConfig, Recipe, SlurmExecutorConfig, load_recipe, parse_recipe
-from cuvee.pipeline.plan import build_plan, run_folders
+from cuvee.pipeline.plan import build_plan, refuse_changed_inputs, run_folders
 from cuvee.pipeline.stats import AccountingError, check_accounting, collect_stats, summary_table
 
 
@@ -67,6 +67,7 @@ def run_recipe(recipe_or_path, overrides: dict[str, Any] | None = None, progress
                 empty_owned(folder, "run", what=what)
             else:
                 check_slurm_jobs_finished(folder)
+            refuse_changed_inputs(folder, plan)
             bind(folder, plan, what=what, fresh_hint="--fresh")
             if n := clean_stale_tmp(folder):
                 logger.info(f"removed {n} stale temporary file(s) left by killed tasks in {folder}")
