@@ -1,7 +1,7 @@
 """`cuvee demo`: the whole path on the bundled Common Crawl sample, offline, in about a minute on 2 cores.
 
 recipes/demo.yaml (FineWeb stages on data/sample) -> mixes/demo.yaml (tokenized, weighted shards)
--> dataset card (README.md + card.html + plots), whose path is printed last.
+-> dataset card (README.md + card.html + plots); the last lines list every output and the next command.
 """
 
 from __future__ import annotations
@@ -46,6 +46,23 @@ def run_demo(run_dir: str = "runs/demo", skip_mix: bool = False) -> Path:
     click.secho("3/3 dataset card", bold=True)
     files = write_card(run_dir, mix=str(manifest) if manifest else None)
     click.echo(f"done in {time.perf_counter() - t0:.1f}s")
-    click.secho(f"dataset card: {files.readme}", fg="green", bold=True)
-    click.echo(f"html: {files.html}")
+    outputs = [("run folder", run_dir), ("stats", Path(run_dir) / "stats.json"),
+               ("documents", stats["output"]["path"])]
+    if manifest:
+        outputs += [("mix shards", manifest.parent), ("mix manifest", manifest)]
+    outputs += [("dataset card", files.readme), ("card html", files.html)]
+    click.secho("outputs:", bold=True)
+    for label, path in outputs:
+        click.secho(f"  {label + ':':<14}{path}", fg="green" if label == "dataset card" else None)
+    click.echo(f"next: {next_command()}")
     return Path(files.readme)
+
+
+def next_command() -> str:
+    """What to try after the demo: the full FineWeb recipe on the same sample (its paths are relative to the
+    checkout, so it runs from there)."""
+    here = Path("recipes/fineweb.yaml")
+    if here.is_file():
+        return "cuvee run recipes/fineweb.yaml   (the full FineWeb recipe on the same sample), then cuvee card runs/fineweb"
+    return (f"cd {REPO} && cuvee run recipes/fineweb.yaml   (the full FineWeb recipe on the same sample), "
+            f"then cuvee card runs/fineweb")

@@ -27,3 +27,12 @@ def test_cuvee_demo_runs_end_to_end(tmp_path):
     assert list((run / "mix").glob("*.bin")) and list((run / "mix").glob("*.idx"))
     card = (run / "output" / "README.md").read_text()
     assert card.startswith("---") and "web" in card
+    # the last lines list every output (each exists) and the next command to try
+    tail = r.stdout[r.stdout.index("\noutputs:\n"):].splitlines()[2:]
+    listed = dict(line.strip().split(": ", 1) for line in tail if line.startswith("  "))
+    assert set(listed) == {"run folder", "stats", "documents", "mix shards", "mix manifest", "dataset card",
+                           "card html"}, listed
+    assert all((tmp_path / path.strip()).exists() for path in listed.values()), listed
+    assert listed["stats"].strip().endswith("stats.json") and listed["card html"].strip().endswith("card.html")
+    nxt = tail[-1]
+    assert nxt.startswith("next: ") and "cuvee run recipes/fineweb.yaml" in nxt, nxt
