@@ -150,7 +150,7 @@ def check_slurm_jobs_finished(run_dir: Path) -> None:
     alive = sorted({line.split("_")[0].strip() for line in out.splitlines() if line.strip()})
     if alive:
         raise FolderError(f"run folder {run_dir}: SLURM job(s) {', '.join(alive)} submitted by an earlier run are "
-                          f"still queued or running; wait for them (`cuvee stats RECIPE` merges their stats) "
+                          f"still queued or running; wait for them (`cuvee stats RUN_DIR` merges their stats) "
                           f"or cancel them with scancel before rerunning")
 
 
