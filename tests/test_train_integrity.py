@@ -246,3 +246,18 @@ def test_ckpt_after_writes_only_the_late_checkpoints_and_the_anneal_keeps_its_av
             all_saved = [s for s in range(1, n + 1) if s % every == 0 or s == n]  # the schedule before ckpt_after
             written = [s for s in range(1, n + 1) if (s % every == 0 and s >= cfg.ckpt_after) or s == n]
             assert written == all_saved[-k:], (tokens, k)
+
+
+def test_anneal_report_json_is_strict_json(data, tmp_path):
+    """One seed gives no interval (p = NaN, CI = +-inf): report.json says null, never a bare NaN/Infinity."""
+    base = train(_cfg(data, tmp_path / "base", steps=2), quiet=True)
+    run_anneal(AnnealConfig(checkpoint=base["checkpoint"], candidate=[str(data / "a")], control=[str(data / "b")],
+                            tokens=64 * 2, eval={"heldout": str(data / "heldout")}, eval_docs=4, seeds=[0],
+                            average_last=1, out_dir=str(tmp_path / "anneal"), threads=1), quiet=True)
+
+    def refuse(token):
+        raise ValueError(f"non-standard JSON constant {token}")
+
+    report = json.loads((tmp_path / "anneal" / "report.json").read_text(), parse_constant=refuse)
+    source = report["sources"]["heldout"]
+    assert source["p_value"] is None and source["ci95"] == [None, None]

@@ -91,7 +91,7 @@ class AnnealConfig(_Strict):
     micro_batch: int | None = Field(None, gt=0, le=1 << 16)
     grad_accum: int = Field(1, gt=0, le=1 << 16)
     lr: float | None = Field(None, gt=0)  # default: the checkpoint run's LR at its last step (peak if that was ~0)
-    seeds: list[int] = [0, 1, 2]  # paired: each seed runs both arms; >= 3 for a usable seed-noise estimate
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])  # paired: each seed runs both arms; >= 3 for a usable seed-noise estimate
     order: Literal["global", "mix", "window"] = "window"  # loader document order of both arms (see module doc)
     window: int = Field(1024, gt=0)
     average_last: int = Field(3, ge=1)
@@ -103,7 +103,7 @@ class AnnealConfig(_Strict):
     bootstrap: int = Field(2000, ge=100)  # unused since the analytic paired verdict; kept so old configs load
     # lm-evaluation-harness tasks (shipped names or task YAML paths) run offline on each averaged model,
     # exported to Hugging Face format; reported per arm and seed next to bits per byte
-    downstream: list[str] = []
+    downstream: list[str] = Field(default_factory=list)
     downstream_limit: int | None = Field(None, gt=0)
     allow_task_code: bool = False  # downstream task YAMLs may run their Python (lm-eval !function); see eval-downstream
     out_dir: str = "runs/anneal/${name}"
@@ -426,8 +426,8 @@ def render_markdown(report: dict) -> str:
     c = report["config"]
     lines = [
         f"# Anneal ablation: {report['name']}", "",
-        f"From `{c['checkpoint']}` (step {report['start_step']}), LR {report['start_lr']:.2e} linearly to 0 over "
-        f"{c['tokens']:,} tokens per run; paired seeds {report['seeds']}; {report['averaging_text']}.",
+        (f"From `{c['checkpoint']}` (step {report['start_step']}), LR {report['start_lr']:.2e} linearly to 0 over "
+         f"{c['tokens']:,} tokens per run; paired seeds {report['seeds']}; {report['averaging_text']}."),
         f"Candidate: `{', '.join(c['candidate'])}`. Control: `{', '.join(c['control'])}`.",
         f"Pairing: {report['pairing']}.", "",
         "Effect = control − candidate (positive: the candidate is better), per seed on the same documents, then "
