@@ -6,7 +6,7 @@ Single process (no ``WORLD_SIZE``) is the default and needs none of this.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -16,7 +16,7 @@ class DistInfo:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
-    device: torch.device = torch.device("cpu")
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
     @property
     def is_main(self) -> bool:
@@ -75,7 +75,10 @@ def full_state_dict(model: torch.nn.Module, info: DistInfo) -> dict:
     """Unsharded CPU state dict (FSDP2 DTensors gathered); identical to ``model.state_dict()`` when unsharded."""
     if info.world_size == 1:
         return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+    )
 
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 

@@ -54,7 +54,7 @@ class _Cursor:
     cursor: int = 0  # index into this rank's share of the epoch's document order
     offset: int = 0  # tokens of the current document already consumed
 
-    def copy(self) -> "_Cursor":
+    def copy(self) -> _Cursor:
         return _Cursor(self.epoch, self.cursor, self.offset)
 
 
@@ -230,12 +230,12 @@ class PackedLoader:
     # ---- resume ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
         st = self.state
-        return dict(
-            epoch=st.epoch, cursor=st.cursor, offset=st.offset, batches=self.batches, skipped_empty=self.skipped_empty,
-            seed=self.seed, rank=self.rank, world_size=self.world_size, seq_len=self.seq_len,
-            batch_size=self.batch_size, num_documents=self.num_documents, shuffle=self.shuffle,
-            order=self.order, window=self.window if self.order == "window" else None,
-        )
+        return {
+            "epoch": st.epoch, "cursor": st.cursor, "offset": st.offset, "batches": self.batches, "skipped_empty": self.skipped_empty,
+            "seed": self.seed, "rank": self.rank, "world_size": self.world_size, "seq_len": self.seq_len,
+            "batch_size": self.batch_size, "num_documents": self.num_documents, "shuffle": self.shuffle,
+            "order": self.order, "window": self.window if self.order == "window" else None,
+        }
 
     def load_state_dict(self, sd: dict) -> None:
         now = self.state_dict()
@@ -250,7 +250,7 @@ class PackedLoader:
 
 
 def realised_shares(
-    source: "PackedLoader | ShardSet",
+    source: PackedLoader | ShardSet,
     steps: int,
     *,
     seq_len: int | None = None,
@@ -274,15 +274,15 @@ def realised_shares(
     if isinstance(source, PackedLoader):
         ld = source
         shards = ld.shards
-        kw = dict(seq_len=ld.seq_len, batch_size=ld.batch_size, seed=ld.seed, world_size=ld.world_size,
-                  add_eos=ld.add_eos, shuffle=ld.shuffle, epochs=ld.epochs, doc_limit=ld.num_documents,
-                  order=ld.order, window=ld.window)
+        kw = {"seq_len": ld.seq_len, "batch_size": ld.batch_size, "seed": ld.seed, "world_size": ld.world_size,
+                  "add_eos": ld.add_eos, "shuffle": ld.shuffle, "epochs": ld.epochs, "doc_limit": ld.num_documents,
+                  "order": ld.order, "window": ld.window}
     else:
         shards = source
         if seq_len is None or batch_size is None:
             raise ValueError("realised_shares over shards needs seq_len and batch_size")
-        kw = dict(seq_len=seq_len, batch_size=batch_size, seed=1234, world_size=1, add_eos=True, order="global",
-                  window=1024)
+        kw = {"seq_len": seq_len, "batch_size": batch_size, "seed": 1234, "world_size": 1, "add_eos": True, "order": "global",
+                  "window": 1024}
     for key, value in (("seq_len", seq_len), ("batch_size", batch_size), ("world_size", world_size),
                        ("order", order), ("seed", seed), ("window", window), ("add_eos", add_eos)):
         if value is not None:

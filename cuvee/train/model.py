@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 from cuvee.train.attention import DocMask, build_doc_mask, doc_attention
 from cuvee.train.config import ModelConfig

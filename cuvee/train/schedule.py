@@ -29,7 +29,7 @@ def lr_at(step: int, total_steps: int, o: OptimConfig, peak_lr: float | None = N
     if o.schedule == "linear":
         return peak + (floor - peak) * t
     if o.schedule == "wsd":
-        decay_start = total_steps - max(1, int(round(o.decay_frac * total_steps)))
+        decay_start = total_steps - max(1, round(o.decay_frac * total_steps))
         if step < decay_start:
             return peak
         return peak + (floor - peak) * (step - decay_start + 1) / (total_steps - decay_start)
