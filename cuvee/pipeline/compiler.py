@@ -123,22 +123,23 @@ def _reader_steps(recipe: Recipe) -> list:
         sample = snapshot_sample(recipe)
         return [UrlListReader(list(sample.urls), fmt=inp.reader_format(), storage_options=inp.common_crawl.storage_options,
                               limit=inp.limit, max_record_bytes=inp.max_record_bytes, retries=inp.retries,
-                              backoff_s=inp.backoff_s)]
+                              backoff_s=inp.backoff_s, timeout_s=inp.timeout_s)]
     if inp.format in ("jsonl", "parquet"):
         from cuvee.pipeline.readers import PlannedJsonlReader, PlannedParquetReader
+        from cuvee.pipeline.remote import remote_folder
 
         # datatrove's readers plus per-file counters, listing files exactly like the run's plan
         cls = PlannedJsonlReader if inp.format == "jsonl" else PlannedParquetReader
         steps = []
         for p in inp.paths:
             folder, pattern = split_input_path(p)
-            steps.append(cls(folder, glob_pattern=pattern, limit=inp.limit, recursive=True))
+            steps.append(cls(remote_folder(folder, inp.timeout_s), glob_pattern=pattern, limit=inp.limit, recursive=True))
         return steps
     from cuvee.pipeline.readers import make_reader
 
     return [
         make_reader(*split_input_path(p), fmt=inp.format, limit=inp.limit, max_record_bytes=inp.max_record_bytes,
-                    retries=inp.retries, backoff_s=inp.backoff_s)
+                    retries=inp.retries, backoff_s=inp.backoff_s, timeout_s=inp.timeout_s)
         for p in inp.paths
     ]
 

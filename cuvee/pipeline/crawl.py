@@ -93,11 +93,13 @@ class ListingError(ValueError):
     """The snapshot's listing cannot be had (unknown snapshot, unreachable base, empty listing)."""
 
 
-def _read_listing(cfg: CommonCrawlInput, policy: RetryPolicy) -> bytes:
+def _read_listing(cfg: CommonCrawlInput, policy: RetryPolicy, timeout_s: float | None) -> bytes:
     import fsspec
 
+    from cuvee.pipeline.remote import timeout_options
+
     url = cfg.listing_url()
-    opts = cfg.storage_options if "://" in url else {}
+    opts = timeout_options(url, timeout_s, cfg.storage_options if "://" in url else {})
 
     def fetch() -> bytes:
         with fsspec.open(url, "rb", **opts) as f:
@@ -172,12 +174,13 @@ def is_relative_crawl_path(entry: str) -> bool:
 _CACHE: dict[str, SnapshotSample] = {}
 
 
-def expand(cfg: CommonCrawlInput, policy: RetryPolicy | None = None) -> SnapshotSample:
-    """The snapshot's listing, sampled and expanded to URLs (fetched once per process and config)."""
+def expand(cfg: CommonCrawlInput, policy: RetryPolicy | None = None, timeout_s: float | None = None) -> SnapshotSample:
+    """The snapshot's listing, sampled and expanded to URLs (fetched once per process and config); ``timeout_s``
+    bounds each connect and read of the listing."""
     key = cfg.model_dump_json()
     if key in _CACHE:
         return _CACHE[key]
-    raw = _read_listing(cfg, policy or RetryPolicy())
+    raw = _read_listing(cfg, policy or RetryPolicy(), timeout_s)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

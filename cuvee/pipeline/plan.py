@@ -29,7 +29,7 @@ _EDGE = 64 * 1024  # bytes hashed at each end of a local file
 _REMOTE_STAMP_KEYS = ("ETag", "etag", "LastModified", "last_modified", "mtime", "VersionId", "generation")
 
 
-def _file_entry(path: str) -> tuple[int | None, dict[str, Any] | None]:
+def _file_entry(path: str, timeout_s: float | None = None) -> tuple[int | None, dict[str, Any] | None]:
     """(size, stamp) of one input file; either is None when it cannot be read (recorded as unknown, not guessed)."""
     if "://" not in path:
         try:
@@ -39,7 +39,9 @@ def _file_entry(path: str) -> tuple[int | None, dict[str, Any] | None]:
     try:
         from fsspec.core import url_to_fs
 
-        fs, p = url_to_fs(path)
+        from cuvee.pipeline.remote import timeout_options
+
+        fs, p = url_to_fs(path, **timeout_options(path, timeout_s))
         info = fs.info(p)
     except Exception:  # noqa: BLE001 - any remote failure: unknown, the reader reports the file itself
         return None, None
@@ -79,10 +81,10 @@ def input_files(recipe: Recipe) -> list[dict[str, Any]]:
     out = []
     for p in recipe.input.paths:
         try:
-            files = plan_input_files(p, recipe.input.format)
+            files = plan_input_files(p, recipe.input.format, recipe.input.timeout_s)
         except (OSError, RuntimeError, ValueError) as e:
             raise RecipeError(f"input.paths: {p!r}: cannot list its files: {e}") from None
-        entries = [_file_entry(f) for f in files]
+        entries = [_file_entry(f, recipe.input.timeout_s) for f in files]
         out.append({"path": p, "files": [[f, size] for f, (size, _) in zip(files, entries)],
                     "stamps": [stamp for _, stamp in entries]})
     return out
@@ -136,7 +138,8 @@ def snapshot_sample(recipe: Recipe):
     from cuvee.pipeline.remote import RetryPolicy
 
     try:
-        return expand(recipe.input.common_crawl, RetryPolicy(recipe.input.retries, recipe.input.backoff_s))
+        return expand(recipe.input.common_crawl, RetryPolicy(recipe.input.retries, recipe.input.backoff_s),
+                      recipe.input.timeout_s)
     except ListingError as e:
         raise RecipeError(f"input.{e}") from None
 
@@ -145,7 +148,7 @@ def binding_recipe(recipe: Recipe) -> dict[str, Any]:
     """The resolved recipe as it decides output: speed-only executor settings removed."""
     d = recipe.to_dict()
     d["executor"] = {k: v for k, v in d["executor"].items() if k not in _SPEED_ONLY}
-    d["input"] = {k: v for k, v in d["input"].items() if k not in ("retries", "backoff_s")}
+    d["input"] = {k: v for k, v in d["input"].items() if k not in ("retries", "backoff_s", "timeout_s")}
     return d
 
 

@@ -37,6 +37,8 @@ class InputConfig(_Strict):
     max_record_bytes: int = Field(10_000_000, gt=0, description="records larger than this are skipped and counted")
     retries: int = Field(5, ge=0, le=30, description="remote inputs: retries of a failed open or range read")
     backoff_s: float = Field(1.0, ge=0, le=600, description="remote inputs: first retry delay, doubled per retry")
+    timeout_s: float = Field(60.0, gt=0, le=3600, description="remote inputs: seconds a connect or a read may stall "
+                             "before that attempt fails (then retried; HTTP(S) and S3)")
 
     @field_validator("paths", mode="before")
     @classmethod

@@ -49,6 +49,38 @@ class RetryPolicy(_retry.RetryPolicy):
         super().__init__(retries, backoff_s, max_sleep_s, transient=is_transient)
 
 
+def timeout_options(url: str, timeout_s: float | None, options: dict | None = None) -> dict:
+    """fsspec storage ``options`` for ``url`` with each connect and each socket read bounded to ``timeout_s``.
+
+    Without it a stalled server holds an attempt for fsspec's default (aiohttp: 300 s; botocore: 60 s per read)
+    and a stalled file costs that times ``retries + 1``. HTTP(S): aiohttp ``sock_connect`` / ``sock_read`` (no
+    ``total``: a streamed body may take longer than one read); S3: botocore ``connect_timeout`` /
+    ``read_timeout``. Other protocols and local paths are returned unchanged; options the user set win.
+    """
+    opts = dict(options or {})
+    if timeout_s is None or "://" not in url:
+        return opts
+    protocol = url.split("://", 1)[0].lower()
+    if protocol in ("http", "https"):
+        import aiohttp
+
+        client = dict(opts.get("client_kwargs") or {})
+        client.setdefault("timeout", aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s))
+        opts["client_kwargs"] = client
+    elif protocol in ("s3", "s3a"):
+        config = dict(opts.get("config_kwargs") or {})
+        config.setdefault("connect_timeout", timeout_s)
+        config.setdefault("read_timeout", timeout_s)
+        opts["config_kwargs"] = config
+    return opts
+
+
+def remote_folder(path: str, timeout_s: float | None):
+    """A datatrove data folder argument for ``path``: remote ones carry :func:`timeout_options`."""
+    opts = timeout_options(path, timeout_s)
+    return (path, opts) if opts else path
+
+
 class RetryingFile:
     """A read-only, forward-seekable file over ``opener()`` that heals transient read failures.
 

@@ -56,6 +56,7 @@ from cuvee.pipeline.readers.payload import (
 )
 from cuvee.pipeline.readers.shard import FileFailed, ShardLoop
 from cuvee.pipeline.readers.stream import ByteStream
+from cuvee.pipeline.remote import remote_folder
 
 RAW_PAYLOAD_ID = "raw_http_payload"
 FORMATS = ("auto", "warc", "arc", "wet")
@@ -99,16 +100,19 @@ class CommonCrawlReader(ShardLoop, BaseDiskReader):
         default_metadata: dict | None = None,
         retries: int = 5,
         backoff_s: float = 1.0,
+        timeout_s: float | None = None,
     ):
         if fmt not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+        if isinstance(data_folder, str):  # a remote folder's connects and reads give up after timeout_s
+            data_folder = remote_folder(data_folder, timeout_s)
         super().__init__(
             data_folder, limit=limit, skip=skip, recursive=recursive, glob_pattern=glob_pattern,
             default_metadata=default_metadata, add_file_path=False,
         )
         self.fmt = fmt
         self.max_record_bytes = max_record_bytes
-        self.retries, self.backoff_s = retries, backoff_s
+        self.retries, self.backoff_s, self.timeout_s = retries, backoff_s, timeout_s
 
     # --- file listing / sharding (one helper shared with the run's plan check, so they never disagree)
     def _shard(self, rank: int, world_size: int) -> list[str]:
@@ -308,16 +312,19 @@ def make_reader(
     skip: int = 0,
     retries: int = 5,
     backoff_s: float = 1.0,
+    timeout_s: float | None = None,
 ):
     """A datatrove reader step for one input entry: a folder (+ optional glob), a single file, a glob, or an fsspec URL.
 
     ``data_folder`` may itself be a file or contain glob characters when ``glob_pattern`` is None: it is then
     split with :func:`split_input_path` (``runs/cc/*.warc.gz`` -> folder ``runs/cc``, glob ``*.warc.gz``).
     ``fmt`` is one of auto, warc, arc, wet (wet is read as WARC; its ``conversion`` records are text).
+    ``timeout_s`` bounds each connect and read of a remote file (:func:`cuvee.pipeline.remote.timeout_options`).
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown input format {fmt!r}; expected one of {', '.join(FORMATS)}")
     if glob_pattern is None:
         data_folder, glob_pattern = split_input_path(str(data_folder))
     return CommonCrawlReader(data_folder, glob_pattern=glob_pattern, fmt=fmt, limit=limit, skip=skip,
-                             max_record_bytes=max_record_bytes, retries=retries, backoff_s=backoff_s)
+                             max_record_bytes=max_record_bytes, retries=retries, backoff_s=backoff_s,
+                             timeout_s=timeout_s)

@@ -42,15 +42,18 @@ def list_input_files(folder, glob_pattern: str | None, recursive: bool, archives
     return files
 
 
-def plan_input_files(path: str, fmt: str) -> list[str]:
+def plan_input_files(path: str, fmt: str, timeout_s: float | None = None) -> list[str]:
     """Every file the reader for one recipe input ``path`` (format ``fmt``) will read, as full paths / URLs.
 
     Same listing as the readers' own sharding (``CommonCrawlReader._shard``, ``PlannedJsonlReader``,
-    ``PlannedParquetReader``): rank ``r`` of ``W`` reads ``files[r::W]``. Used by the run's plan check.
+    ``PlannedParquetReader``): rank ``r`` of ``W`` reads ``files[r::W]``. Used by the run's plan check;
+    ``timeout_s`` bounds a remote listing's connects and reads.
     """
     from datatrove.io import get_datafolder
 
+    from cuvee.pipeline.remote import remote_folder
+
     folder_path, glob_pattern = split_input_path(str(path))
-    folder = get_datafolder(folder_path)
+    folder = get_datafolder(remote_folder(folder_path, timeout_s))
     files = list_input_files(folder, glob_pattern, True, archives_only=fmt not in ("jsonl", "parquet"))
     return [folder.resolve_paths(f) for f in files]

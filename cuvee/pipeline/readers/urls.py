@@ -24,6 +24,8 @@ class UrlListReader(CommonCrawlReader):
     def _open(self, filepath: str):
         import fsspec
 
-        opts = self.storage_options if "://" in filepath else {}
+        from cuvee.pipeline.remote import timeout_options
+
+        opts = timeout_options(filepath, self.timeout_s, self.storage_options if "://" in filepath else {})
         fs, path = fsspec.core.url_to_fs(filepath, **opts)
         return self._retrying(lambda: fs.open(path, "rb"), filepath)
