@@ -143,16 +143,15 @@ def media_entries(value, bytes_as_base64: bool) -> list[dict] | None:
         if m.get("metadata") is not None and not isinstance(m["metadata"], dict):
             return None
         raw = m.get("media_bytes")
-        if raw is not None:
-            if bytes_as_base64:
-                if not isinstance(raw, str):
-                    return None
-                try:
-                    m = m | {"media_bytes": base64.decodebytes(raw.encode("ascii"))}
-                except ValueError:  # not ASCII, or not base64
-                    return None
-            elif not isinstance(raw, bytes):
+        if raw is None or isinstance(raw, bytes):  # bytes: Parquet's, or already decoded by datatrove's JSONL reader
+            pass
+        elif bytes_as_base64 and isinstance(raw, str):
+            try:
+                m = m | {"media_bytes": base64.decodebytes(raw.encode("ascii"))}
+            except ValueError:  # not ASCII, or not base64
                 return None
+        else:
+            return None
         out.append(m)
     return out
 
