@@ -37,7 +37,7 @@ def test_a_run_over_two_same_named_inputs_writes_distinct_ids(tmp_path):
     import json
 
     ids = [json.loads(line)["id"] for f in sorted((tmp_path / "run" / "output").rglob("*.jsonl*"))
-           for line in gzip.open(f, "rt")]
+           for line in gzip.decompress(f.read_bytes()).decode().splitlines()]
     assert len(ids) > 150 and len(set(ids)) == len(ids)
 
 

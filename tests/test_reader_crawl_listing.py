@@ -6,7 +6,12 @@ import gzip
 
 import pytest
 
-from cuvee.pipeline.crawl import CommonCrawlInput, ListingError, expand, is_relative_crawl_path
+from cuvee.pipeline.crawl import (
+    CommonCrawlInput,
+    ListingError,
+    expand,
+    is_relative_crawl_path,
+)
 
 GOOD = "crawl-data/CC-MAIN-2024-22/segments/1715971057216.39/warc/CC-MAIN-20240521-00000.warc.gz"
 
