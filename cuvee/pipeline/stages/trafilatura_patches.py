@@ -41,6 +41,7 @@ VERIFIED_VERSION = "2.3.1"
 # sha256 over "name\0path\n" of every expression in trafilatura.xpaths' lists (sorted by name), as in 2.3.1
 VERIFIED_XPATHS = "047385e0fbf75226d818f3c2ed21e89f4bbcce312cdabe8747bc4f9175bdcbc5"
 PROBE_PAGES = Path(__file__).resolve().parents[2] / "assets" / "trafilatura_probe" / "pages.jsonl.gz"
+# the probe's own settings (FineWeb's), fixed whatever a recipe sets: the checks in _probe rely on them
 PROBE_EXTRACT = {"favor_precision": True, "include_comments": False, "deduplicate": False, "include_tables": True,
                  "fast": False}
 _ENV = "CUVEE_TRAFILATURA_PATCHES_OFF"
