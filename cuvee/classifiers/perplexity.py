@@ -58,6 +58,9 @@ def model_kind(folder: str | Path) -> str:
     if (folder / "checkpoints").is_dir() or any(folder.glob("step_*.pt")):
         return "cuvee"
     if (folder / "config.json").is_file() and (any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))):
+        from cuvee.classifiers.hf_loading import refuse_remote_code
+
+        refuse_remote_code(folder)  # at build time: custom model code is refused before any work
         return "hf"
     raise FileNotFoundError(f"{folder}: neither a `cuvee train` output folder (checkpoints/step_*.pt) nor a "
                             "Hugging Face causal LM folder (config.json + weights)")
@@ -133,8 +136,10 @@ class _LM:
         import torch
         from transformers import AutoModelForCausalLM
 
+        from cuvee.classifiers.hf_loading import pretrained
+
         self.checkpoint = str(folder)
-        self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(self.device)
+        self.model = pretrained(AutoModelForCausalLM, folder, dtype=torch.float32).to(self.device)
         cuvee_tok = Path(folder) / "cuvee_tokenizer.json"
         if tokenizer is not None or cuvee_tok.exists():
             spec = json.loads(cuvee_tok.read_text()) if cuvee_tok.exists() else {}
@@ -147,7 +152,7 @@ class _LM:
         else:
             from transformers import AutoTokenizer
 
-            tok = AutoTokenizer.from_pretrained(folder)
+            tok = pretrained(AutoTokenizer, folder)
             self.encode = lambda texts: [np.asarray(ids, dtype=np.int64)
                                          for ids in tok(list(texts), add_special_tokens=False)["input_ids"]]
             self.count_bytes = lambda ids: len(tok.decode(list(map(int, ids))).encode("utf-8"))

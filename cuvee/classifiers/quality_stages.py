@@ -119,7 +119,7 @@ def build_transformer_quality(p: TransformerQualityParams, ctx: BuildContext):
         scorer = hf.HFSequenceScorer(p.model, p.positive_label, label_to=p.label_to, int_score=use_int,
                                      max_length=p.max_length, batch_size=min(p.batch_size, 64), device=p.device,
                                      threads=p.threads, int_key=int_key)
-        built = hf.with_extras(build_score_stage(scorer, p.name, ctx, p.threshold, p.top_percent, p.batch_size))
+        built = build_score_stage(scorer, p.name, ctx, p.threshold, p.top_percent, p.batch_size, annotator=hf.HFScoreAnnotator)
         if p.min_int_score is not None:
             from cuvee.classifiers.scoring import ScoreThresholdFilter
 

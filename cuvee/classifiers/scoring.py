@@ -51,13 +51,23 @@ class ScoreAnnotator(PipelineStep):
         self.batch_size = batch_size
         self.scores_dir = scores_dir
 
+    def score(self, texts: list[str]) -> tuple[np.ndarray, list[dict] | None]:
+        """Scores of ``texts`` and, for scorers that have them, extra metadata per text (None here)."""
+        return self.scorer.score_batch(texts), None
+
     def _flush(self, batch: list[Document], seen: list[np.ndarray]):
         with self.track_time("batch"):
-            scores = np.asarray(self.scorer.score_batch([d.text for d in batch]), dtype=np.float64)
+            scores, extras = self.score([d.text for d in batch])
+            scores = np.asarray(scores, dtype=np.float64)
         if len(scores) != len(batch):
             raise RuntimeError(f"{type(self.scorer).__name__} returned {len(scores)} scores for {len(batch)} documents")
         for doc, s in zip(batch, scores):
             doc.metadata[self.key] = float(s)
+        for doc, extra in zip(batch, extras or []):
+            doc.metadata.update(extra)
+            for v in extra.values():
+                if isinstance(v, str):
+                    self.stat_update(f"label_{v}")
         seen.append(scores.astype(np.float32))
         self.stat_update("batches")
 
@@ -135,7 +145,7 @@ class PercentileCutoff(CorpusPhaseStep):
         info = {
             "cutoff": corpus_cutoff(scores, self.top_percent),
             "top_percent": self.top_percent,
-            "documents": int(len(scores)),
+            "documents": len(scores),
             "ranks": len(files),
         }
         Path(self.cutoff_path).parent.mkdir(parents=True, exist_ok=True)
@@ -179,13 +189,15 @@ def build_score_stage(
     threshold: float | None,
     top_percent: float | None,
     batch_size: int,
+    annotator: type[ScoreAnnotator] = ScoreAnnotator,
 ) -> list | Barrier:
-    """The annotate / threshold / corpus top-p % wiring shared by every quality scorer stage."""
+    """The annotate / threshold / corpus top-p % wiring shared by every quality scorer stage; ``annotator`` is
+    the ScoreAnnotator class to build (a subclass for scorers with extra metadata)."""
     key = score_key(name)
     if threshold is not None and top_percent is not None:
         raise ValueError("give threshold or top_percent, not both")
     if top_percent is None:
-        steps: list = [ScoreAnnotator(scorer, key, batch_size)]
+        steps: list = [annotator(scorer, key, batch_size)]
         if threshold is not None:
             steps.append(ScoreThresholdFilter(key, threshold=threshold, reason=f"{name}_below_threshold",
                                               exclusion_writer=ctx.exclusion_writer()))
@@ -193,7 +205,7 @@ def build_score_stage(
     scores_dir = str(ctx.stage_dir("scores"))
     cutoff_path = str(ctx.stage_dir("cutoff.json"))
     return Barrier(
-        before=[ScoreAnnotator(scorer, key, batch_size, scores_dir=scores_dir)],
+        before=[annotator(scorer, key, batch_size, scores_dir=scores_dir)],
         phases=[Phase(f"{name}_percentile", [PercentileCutoff(scores_dir, cutoff_path, top_percent, ctx.tasks)], tasks=1)],
         after=[ScoreThresholdFilter(key, cutoff_path=cutoff_path, reason=f"{name}_below_top_percent",
                                     exclusion_writer=ctx.exclusion_writer())],
