@@ -24,6 +24,25 @@ def _examples(data, positive, negative, text_key, label_key, regression, limit):
     return load_sources(list(positive), list(negative), text_key, limit_per_class=limit)
 
 
+def _one_line(fn):
+    """Refusals of bad models, files and folders end the command in one line (no traceback)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from cuvee.classifiers.fasttext_check import FastTextFileError
+        from cuvee.classifiers.hf_loading import ModelLoadError
+        from cuvee.classifiers.llm_http import AnnotateError
+        from cuvee.folders import FolderError
+
+        try:
+            return fn(*args, **kwargs)
+        except (FastTextFileError, ModelLoadError, AnnotateError, FolderError, FileNotFoundError) as e:
+            raise click.ClickException(" ".join(str(e).split())) from None
+
+    return wrapper
+
+
 def _kind_of(model: str) -> str:
     return "transformer" if os.path.isdir(model) and (Path(model) / "head.json").exists() else "fasttext"
 
@@ -65,6 +84,7 @@ def classify():
 @click.option("--task", type=click.Choice(["classification", "regression"]), default="classification", show_default=True)
 @click.option("--max-length", type=int, default=256, show_default=True)
 @click.option("--positive-at", type=float, default=None, help="regression: also report binary metrics of label >= this (FineWeb-Edu: 3)")
+@_one_line
 def train_cmd(data, positive, negative, text_key, label_key, limit, positive_label, output, kind, valid_fraction, seed,
               lr, dim, epoch, word_ngrams, bucket, quantize, threads, encoder, task, max_length, positive_at):
     """Train on labelled files or positive/negative sources; print held-out metrics (also saved to <output>.metrics.json)."""
@@ -104,6 +124,7 @@ def train_cmd(data, positive, negative, text_key, label_key, limit, positive_lab
 @_source_options
 @click.option("--threshold", type=float, default=0.5, show_default=True)
 @click.option("--positive-at", type=float, default=None, help="regression heads: binary metrics of label >= this")
+@_one_line
 def eval_cmd(model, data, positive, negative, text_key, label_key, limit, positive_label, threshold, positive_at):
     """Precision, recall, F1 and ROC-AUC of a trained model on labelled data."""
     kind = _kind_of(model)
@@ -129,6 +150,7 @@ def eval_cmd(model, data, positive, negative, text_key, label_key, limit, positi
 @click.option("--threshold", type=float, default=None, help="keep documents with score >= threshold")
 @click.option("--top-percent", type=float, default=None, help="keep the top p %% over ALL inputs")
 @click.option("--batch-size", type=int, default=256, show_default=True)
+@_one_line
 def apply_cmd(model, inputs, output, name, positive_label, threshold, top_percent, batch_size):
     """Score documents and write those kept (threshold, corpus top-p %, or all) with the score in metadata."""
     from cuvee.classifiers.quality_stages import resolve_model_path

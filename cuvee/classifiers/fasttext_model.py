@@ -117,8 +117,11 @@ class FastTextScorer:
         if self._model is None:
             import fasttext
 
+            from cuvee.classifiers.fasttext_check import check_model_file
+
             if not os.path.exists(self.model_path):
                 raise FileNotFoundError(f"fastText model not found: {self.model_path}")
+            check_model_file(self.model_path)  # fastText trusts every size in the file: a cut one eats all memory
             model = fasttext.load_model(self.model_path)
             self.positive_label = check_positive_label(model, self.requested_label, self.model_path)
             labels = list(model.get_labels())
