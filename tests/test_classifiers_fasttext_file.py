@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from cuvee.classifiers.fasttext_check import FastTextFileError, check_model_file
 from cuvee.classifiers.quality_stages import DEMO_FASTTEXT
 
-WORDS = "the committee reviewed evidence published detailed report click here buy cheap deals free shipping".split()
+WORDS = ["the", "committee", "reviewed", "evidence", "published", "detailed", "report", "click", "here", "buy", "cheap", "deals", "free", "shipping"]
 
 
 @pytest.fixture(scope="module")

@@ -84,10 +84,32 @@ def classify():
 @click.option("--task", type=click.Choice(["classification", "regression"]), default="classification", show_default=True)
 @click.option("--max-length", type=int, default=256, show_default=True)
 @click.option("--positive-at", type=float, default=None, help="regression: also report binary metrics of label >= this (FineWeb-Edu: 3)")
+@click.option("--fresh", is_flag=True, help="replace a model cuvee trained into --output with another plan")
 @_one_line
 def train_cmd(data, positive, negative, text_key, label_key, limit, positive_label, output, kind, valid_fraction, seed,
-              lr, dim, epoch, word_ngrams, bucket, quantize, threads, encoder, task, max_length, positive_at):
+              lr, dim, epoch, word_ngrams, bucket, quantize, threads, encoder, task, max_length, positive_at, fresh):
     """Train on labelled files or positive/negative sources; print held-out metrics (also saved to <output>.metrics.json)."""
+    from cuvee.classifiers.outputs import (
+        claim_head_folder,
+        claim_model_file,
+        train_plan,
+    )
+
+    settings = {"kind": kind, "text_key": text_key, "label_key": label_key, "limit": limit, "valid_fraction": valid_fraction,
+                "seed": seed, "lr": lr, "epoch": epoch}
+    settings.update({"dim": dim, "word_ngrams": word_ngrams, "bucket": bucket, "quantize": quantize} if kind == "fasttext"
+                    else {"encoder": encoder, "task": task, "max_length": max_length})
+    plan = train_plan({"data": list(data), "positive": list(positive), "negative": list(negative)}, settings)
+    lock = (claim_model_file if kind == "fasttext" else claim_head_folder)(output, plan, fresh)
+    try:
+        _train(data, positive, negative, text_key, label_key, limit, positive_label, output, kind, valid_fraction, seed,
+               lr, dim, epoch, word_ngrams, bucket, quantize, threads, encoder, task, max_length, positive_at, plan)
+    finally:
+        lock.release()
+
+
+def _train(data, positive, negative, text_key, label_key, limit, positive_label, output, kind, valid_fraction, seed,
+           lr, dim, epoch, word_ngrams, bucket, quantize, threads, encoder, task, max_length, positive_at, plan):
     ex = _examples(data, positive, negative, text_key, label_key, kind == "transformer" and task == "regression", limit)
     if len(ex) < 4:
         raise click.ClickException(f"only {len(ex)} usable examples (skipped: {ex.skipped})")
@@ -102,7 +124,7 @@ def train_cmd(data, positive, negative, text_key, label_key, limit, positive_lab
 
         cfg = FastTextConfig(lr=lr or 0.1, dim=dim, epoch=epoch or 5, word_ngrams=word_ngrams, bucket=bucket,
                              threads=threads, seed=seed, quantize=quantize)
-        train_fasttext(train, output, cfg)
+        train_fasttext(train, output, cfg, plan=plan)
         metrics = evaluate_fasttext(output, valid, positive_label) if len(valid) else {}
     else:
         from cuvee.classifiers.transformer_model import (

@@ -19,6 +19,7 @@ import numpy as np
 from cuvee.classifiers.examples import POSITIVE, Examples
 from cuvee.classifiers.metrics import binary_metrics
 
+
 def normalize(text: str, max_chars: int | None = None) -> str:
     """One line (fastText reads "\n" as end of example), lower-cased; optionally truncated.
 
@@ -54,8 +55,10 @@ def _write_training_file(ex: Examples, path: str) -> None:
                 f.write(f"__label__{label} {line}\n")
 
 
-def train_fasttext(train: Examples, output: str | Path, cfg: FastTextConfig = FastTextConfig()):
-    """Train and save a supervised fastText model; returns the loaded model."""
+def train_fasttext(train: Examples, output: str | Path, cfg: FastTextConfig = FastTextConfig(), plan: dict | None = None):
+    """Train and save a supervised fastText model (written under a temporary name, then renamed); returns it.
+
+    ``<output>.json`` records the config, labels and ``plan``: it marks the file as cuvee's (``outputs.py``)."""
     import fasttext
 
     if len(set(train.labels)) < 2:
@@ -71,8 +74,11 @@ def train_fasttext(train: Examples, output: str | Path, cfg: FastTextConfig = Fa
         )
         if cfg.quantize:
             model.quantize(input=train_file, qnorm=True, retrain=True, cutoff=cfg.quantize_cutoff, thread=cfg.threads, verbose=0)
-    model.save_model(str(output))
-    Path(str(output) + ".json").write_text(json.dumps({"kind": "fasttext", "config": asdict(cfg), "labels": sorted(set(train.labels))}, indent=2))
+    tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+    model.save_model(str(tmp))
+    os.replace(tmp, output)
+    Path(str(output) + ".json").write_text(json.dumps({"kind": "fasttext", "config": asdict(cfg), "labels": sorted(set(train.labels)),
+                                                       "plan": plan}, indent=2, default=str))
     return model
 
 
