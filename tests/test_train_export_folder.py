@@ -59,3 +59,17 @@ def test_demo_data_folder_with_foreign_files_is_refused_in_one_line(tmp_path):
     assert res.exit_code == 1 and len(res.stderr.strip().splitlines()) == 1, res.output
     assert "did not create" in res.stderr
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
+
+
+def test_documented_tiny_command_runs_on_the_bundled_data(tmp_path, monkeypatch):
+    """README: `cuvee train configs/train/tiny.yaml --demo-data runs/train_demo_data` (here 4 steps)."""
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "train" / "tiny.yaml"
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(train_cli, [str(config), "--demo-data", "runs/train_demo_data", "--set", "steps=4",
+                                         "--set", "eval_docs=4"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout[res.stdout.index("\n{") + 1:])
+    assert summary["step"] == 4 and set(summary["eval"]) == {"clean", "shuffled"}
+    assert (tmp_path / "runs" / "train" / "tiny" / "checkpoints" / "step_0000004.pt").is_file()
