@@ -74,7 +74,10 @@ def describe(err: ValidationError, model: type[BaseModel], prefix: str = "") -> 
         parent = prefix + "".join(f"{x}." for x in loc[:-1])
         text = f"unknown key {key!r}" + did_you_mean(str(loc[-1]), _known_keys(model, loc[:-1]), parent)
     elif kind == "missing":
-        text = f"missing required key {key!r}"
+        missing = [x for x in errors if x["type"] == "missing"]
+        names = ", ".join(repr(prefix + ".".join(str(p) for p in _clean(x["loc"]))) for x in missing)
+        text = f"missing required key{'s' if len(missing) > 1 else ''} {names}"
+        errors = [x for x in errors if x["type"] != "missing"] + [e]
     elif kind == "finite_number":
         text = f"{key}: must be a finite number (got {_short(e.get('input'))})"
     elif kind == "value_error":
