@@ -5,7 +5,8 @@ seeded hashes of the document ids, so the sample does not depend on file order a
 smaller one), fills a prompt template (``cuvee/assets/prompts/fineweb_edu.txt`` by default), asks an
 instruction-following LLM, and parses ``Educational score: N`` from the answer. The LLM is either a local
 Hugging Face causal LM (greedy decoding) or an OpenAI-compatible HTTP endpoint (vLLM, TGI, llama.cpp,
-``cuvee.classifiers.llm_server``) queried with bounded retries and K requests in flight.
+``cuvee.classifiers.llm_server``) queried with K requests in flight (``llm_http.py``: bounded retries, a
+total deadline and a size cap per request).
 
 The output is JSONL, one line per document (id, text, text_sha256, score or null, the raw answer cut to
 1,000 characters, model, prompt sha256, token counts). It is append-only and resumable: a rerun skips ids
