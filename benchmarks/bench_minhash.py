@@ -1,27 +1,36 @@
-"""MinHash dedup throughput and quality: cuvee vs datatrove's MinHash stages vs datasketch, same corpus, one run.
+"""MinHash dedup throughput and quality: cuvee vs datatrove's MinHash stages vs datasketch, same corpus, one invocation.
 
 Corpus: benchmarks/_neardup_eval.py (>= 20k real-text documents with near-duplicates at known Jaccard).
 Every tool does the whole job on one core: read the corpus file -> signatures -> LSH buckets ->
 clustering -> filtering -> write the kept documents (uncompressed JSONL for every tool), with the
-FineWeb setting (5-word shingles, 14 bands x 8 rows). Throughput is documents / wall second of that
-whole job (single task, single worker = per core). Quality is scored against the known pairs.
-cuvee's numba kernels are compiled (or loaded from numba's on-disk cache) before the clock starts;
-that one-off time is printed separately.
+FineWeb setting (5-word shingles, 14 bands x 8 rows). Quality is scored against the known pairs.
 
-    python benchmarks/bench_minhash.py [--docs 20000] [--backends numba,rensa] [--skip-datatrove]
+How it is timed: every tool, datatrove included, runs once per round, rounds interleaved (``--runs``), so load
+on a shared machine hits every tool alike; each run is timed in CPU seconds (getrusage, self + children: all
+threads of this process and anything it forks) and in wall seconds; medians [min-max] are reported, and the
+ratios are taken per round (peer / cuvee) and summarised the same way. Throughput is documents per CPU second
+(single task, single worker = per core). Peers: datatrove's MinHash stages (64-bit hashes); datasketch as its
+users write it, with its default SHA-1 hash and, as a second row, with ``hashfunc=xxhash.xxh32_intdigest`` (the
+one-keyword option that makes it faster). cuvee's numba kernels are compiled (or loaded from numba's on-disk
+cache) before the first round; that one-off time is printed separately.
+
+    python benchmarks/bench_minhash.py [--docs 20000] [--runs 3] [--backends numba,rensa] [--skip-datatrove]
+    python benchmarks/bench_minhash.py --limit 2000 --runs 3 --no-scurve       # a smoke run (minutes, not figures)
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._neardup_eval import build_corpus, print_scurve, quality, scurve_check, write_jsonl  # noqa: E402
+from benchmarks._neardup_eval import build_corpus, print_scurve, quality, scurve_check, write_jsonl
 
 OUT = Path(__file__).resolve().parent / "out" / "minhash"
 
@@ -50,10 +59,22 @@ def dedup_step_seconds(logs: Path) -> float:
     return total
 
 
+def _cpu() -> float:
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def timed(fn, *args) -> tuple[float, float, tuple]:
+    """(CPU s, wall s, fn's result) of one call."""
+    c, t = _cpu(), time.perf_counter()
+    out = fn(*args)
+    return _cpu() - c, time.perf_counter() - t, out
+
+
 def run_cuvee(corpus_file: Path, backend: str) -> tuple[float, set[str], dict]:
     from datatrove.pipeline.readers import JsonlReader
 
-    import cuvee.dedup.local_run as local_run
+    from cuvee.dedup import local_run
 
     work = OUT / f"cuvee_{backend}"
     shutil.rmtree(work, ignore_errors=True)
@@ -78,7 +99,7 @@ def run_datatrove(corpus_file: Path) -> tuple[float, set[str], dict]:
     work = OUT / "datatrove"
     shutil.rmtree(work, ignore_errors=True)
     cfg = MinhashConfig(hash_config=HashConfig(precision=64), num_buckets=14, hashes_per_bucket=8, n_grams=5)
-    reader = lambda: JsonlReader(str(corpus_file.parent), glob_pattern=corpus_file.name)  # noqa: E731
+    reader = lambda: JsonlReader(str(corpus_file.parent), glob_pattern=corpus_file.name)
     times = {}
     stages = [
         ("signatures", [reader(), MinhashDedupSignature(str(work / "sigs"), config=cfg)], 1),
@@ -93,9 +114,10 @@ def run_datatrove(corpus_file: Path) -> tuple[float, set[str], dict]:
     return sum(times.values()), kept_from(work / "output"), times
 
 
-def run_datasketch(corpus_file: Path) -> tuple[float, set[str], dict]:
+def run_datasketch(corpus_file: Path, hashfunc=None, name: str = "datasketch") -> tuple[float, set[str], dict]:
     """The usual datasketch recipe: MinHash per document, MinHashLSH insert + query, union-find, keep the
-    longest; like the other tools it reads the corpus file and writes the kept documents."""
+    longest; like the other tools it reads the corpus file and writes the kept documents. ``hashfunc``: datasketch's
+    own option for the per-shingle hash (default SHA-1, 32 bits)."""
     import gzip
     import json
 
@@ -112,7 +134,7 @@ def run_datasketch(corpus_file: Path) -> tuple[float, set[str], dict]:
     for d in docs:
         w = words(d["text"])
         grams = {" ".join(w[i:i + 5]).encode() for i in range(max(1, len(w) - 4))} if w else set()
-        m = MinHash(num_perm=112, seed=1)
+        m = MinHash(num_perm=112, seed=1, hashfunc=hashfunc)
         m.update_batch(list(grams))
         sigs[d["id"]] = m
         lsh.insert(d["id"], m)
@@ -137,7 +159,7 @@ def run_datasketch(corpus_file: Path) -> tuple[float, set[str], dict]:
             best[r] = d
     kept = {d["id"] for d in best.values()}
     t_w = time.perf_counter()
-    out = OUT / "datasketch" / "output.jsonl"
+    out = OUT / name.replace(" ", "_").replace("(", "").replace(")", "") / "output.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
         for d in docs:
@@ -148,81 +170,113 @@ def run_datasketch(corpus_file: Path) -> tuple[float, set[str], dict]:
                                            "write": round(t_write, 2)}
 
 
+def limited(corpus, limit: int | None):
+    """The first ``limit`` documents and the known pairs inside them (smoke runs; figures use the whole corpus)."""
+    from benchmarks._neardup_eval import Corpus
+
+    if not limit or limit >= len(corpus.docs):
+        return corpus
+    docs = corpus.docs[:limit]
+    ids = {d["id"] for d in docs}
+    return Corpus(docs, [p for p in corpus.pairs if p["original"] in ids and p["variant"] in ids])
+
+
+def _fmt(xs: list[float], f: str = ".1f", unit: str = "") -> str:
+    return f"{statistics.median(xs):{f}}{unit} [{min(xs):{f}}-{max(xs):{f}}]"
+
+
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=20000)
+    ap.add_argument("--limit", type=int, default=None, help="keep only the first N documents (smoke runs)")
     ap.add_argument("--backends", default="numba,rensa", help="cuvee backends to run, the first is the reference")
     ap.add_argument("--skip-datatrove", action="store_true")
-    ap.add_argument("--runs", type=int, default=3, help="interleaved runs of cuvee and datasketch; median [min-max] reported")
+    ap.add_argument("--no-scurve", action="store_true", help="skip the LSH S-curve check at the end")
+    ap.add_argument("--runs", type=int, default=3, help="interleaved rounds of every tool; median [min-max] reported")
     args = ap.parse_args()
     quiet()
-    corpus = build_corpus(min_docs=args.docs)
+    corpus = limited(build_corpus(min_docs=args.docs), args.limit)
     corpus_file = OUT / "corpus" / "corpus.jsonl.gz"
     write_jsonl(corpus, corpus_file)
     n = len(corpus.docs)
     print(f"corpus: {n} documents, {sum(len(d['text']) for d in corpus.docs) / 1e6:.1f} M chars, "
-          f"{len(corpus.pairs)} known duplicate pairs")
+          f"{len(corpus.pairs)} known duplicate pairs; load {Path('/proc/loadavg').read_text().split()[:3]}")
+    import datasketch
+    import xxhash
+
     from cuvee.dedup import native
 
     print(f"numba kernels ready in {native.warm_up():.2f}s (compile on first use on a machine, then loaded from "
-          f"numba's cache; not in the timings below)")
+          f"numba's cache; not in the timings below); datasketch {datasketch.__version__}")
     backends = args.backends.split(",")
-    import statistics
-
-    results, dedup_only, walls, dedups = {}, {}, {}, {}
-    for r in range(args.runs):  # interleaved, so load on the shared machine hits every tool alike
-        for backend in backends:
-            wall, kept, c = run_cuvee(corpus_file, backend)
-            name = f"cuvee ({backend})"
-            walls.setdefault(name, []).append(wall)
-            dedups.setdefault(name, []).append(dedup_step_seconds(OUT / f"cuvee_{backend}" / "logs"))
-            results[name] = (wall, kept)
-            steps = {k: v for k, v in c["seg00"].items() if "signatures" in k}
-            print(f"run {r + 1} cuvee {backend}: {wall:.1f}s  signatures={steps}  clusters={c['minhash_clusters']}")
-        wall, kept, info = run_datasketch(corpus_file)
-        walls.setdefault("datasketch", []).append(wall)
-        dedups.setdefault("datasketch", []).append(wall - info["read"] - info["write"])
-        results["datasketch"] = (wall, kept)
-        print(f"run {r + 1} datasketch: {wall:.1f}s {info}")
-    for name in walls:
-        results[name] = (statistics.median(walls[name]), results[name][1])
-        dedup_only[name] = statistics.median(dedups[name])
-    print("\nwall s per run (median [min-max]): " + "; ".join(
-        f"{k} {statistics.median(v):.1f} [{min(v):.1f}-{max(v):.1f}]" for k, v in walls.items()))
-    print("dedup-only s per run (median [min-max]): " + "; ".join(
-        f"{k} {statistics.median(v):.2f} [{min(v):.2f}-{max(v):.2f}]" for k, v in dedups.items()))
-    ratios = [d / c for d, c in zip(walls["datasketch"], walls[f"cuvee ({backends[0]})"])]
-    print(f"datasketch / cuvee ({backends[0]}) whole job, per run: {', '.join(f'{x:.1f}x' for x in ratios)}")
-    if not args.skip_datatrove:
-        wall, kept, times = run_datatrove(corpus_file)
-        results["datatrove"] = (wall, kept)
-        dedup_only["datatrove"] = dedup_step_seconds(OUT / "datatrove" / "logs")
-        print(f"datatrove: {wall:.1f}s {({k: round(v, 1) for k, v in times.items()})}")
-
     ref = f"cuvee ({backends[0]})"
-    base = results[ref][0]
-    print(f"\n| tool | wall s (1 core) | docs/s/core | {ref} is faster by | removed | precision | recall J>=0.8 | "
-          "families lost |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for name, (wall, kept) in results.items():
-        q = quality(corpus, kept)
-        print(f"| {name} | {wall:.1f} | {n / wall:.0f} | {wall / base:.1f}x | {q['removed']} | {q['precision']:.4f} | "
-              f"{q['recall_j_ge_0.8']:.4f} | {q['families_lost']} |")
-    print(f"\nDedup work only (time inside the dedup steps, corpus reading and document writing excluded; "
-          f"datasketch: everything but its read and write):\n| tool | dedup s | docs/s/core | {ref} is faster by |")
-    print("|---|---:|---:|---:|")
-    for name, secs in dedup_only.items():
-        print(f"| {name} | {secs:.2f} | {n / secs:.0f} | {secs / dedup_only[ref]:.1f}x |")
+    tools = {f"cuvee ({b})": (lambda f, b=b: run_cuvee(f, b)) for b in backends}
+    tools["datasketch"] = run_datasketch
+    tools["datasketch (xxh32)"] = lambda f: run_datasketch(f, xxhash.xxh32_intdigest, "datasketch (xxh32)")
+    if not args.skip_datatrove:
+        tools["datatrove"] = run_datatrove
+    # untimed warm-up of every tool on the first 200 documents: imports, numba's and datatrove's first-use costs
+    # otherwise land in round 1 only
+    warm_file = OUT / "warmup" / "corpus.jsonl.gz"
+    write_jsonl(limited(corpus, 200), warm_file)
+    t = time.perf_counter()
+    for fn in tools.values():
+        fn(warm_file)
+    print(f"warm-up (untimed, 200 documents, every tool): {time.perf_counter() - t:.1f} s wall", flush=True)
+    cpu: dict[str, list[float]] = {k: [] for k in tools}
+    wall: dict[str, list[float]] = {k: [] for k in tools}
+    dedups: dict[str, list[float]] = {k: [] for k in tools}
+    kept_by: dict[str, set[str]] = {}
+    for r in range(args.runs):  # interleaved, so load on the shared machine hits every tool alike
+        for name, fn in tools.items():
+            c, w, (_, kept, info) = timed(fn, corpus_file)
+            cpu[name].append(c)
+            wall[name].append(w)
+            kept_by[name] = kept
+            if name.startswith("cuvee"):
+                backend = name[7:-1]
+                dedups[name].append(dedup_step_seconds(OUT / f"cuvee_{backend}" / "logs"))
+                steps = {k: v for k, v in info["seg00"].items() if "signatures" in k}
+                detail = f"signatures={steps}  clusters={info['minhash_clusters']}"
+            elif name == "datatrove":
+                dedups[name].append(dedup_step_seconds(OUT / "datatrove" / "logs"))
+                detail = str({k: round(v, 1) for k, v in info.items()})
+            else:
+                dedups[name].append(w - info["read"] - info["write"])
+                detail = str(info)
+            print(f"run {r + 1} {name}: {c:.1f} s CPU, {w:.1f} s wall  {detail}", flush=True)
+
+    def ratios(d: dict[str, list[float]], name: str) -> list[float]:
+        return [p / c for p, c in zip(d[name], d[ref])]
+
+    print(f"\n{args.runs} interleaved rounds; median [min-max]; ratio = tool / {ref}, per round; "
+          f"load {Path('/proc/loadavg').read_text().split()[:3]}")
+    print(f"| tool | CPU s (1 core) | wall s | docs per CPU s | CPU vs {ref} | wall vs {ref} | removed | precision | "
+          "recall J>=0.8 | families lost |")
+    print("|---|---|---|---:|---|---|---:|---:|---:|---:|")
+    for name in tools:
+        q = quality(corpus, kept_by[name])
+        print(f"| {name} | {_fmt(cpu[name])} | {_fmt(wall[name])} | {n / statistics.median(cpu[name]):.0f} | "
+              f"{_fmt(ratios(cpu, name), '.2f', 'x')} | {_fmt(ratios(wall, name), '.2f', 'x')} | {q['removed']} | "
+              f"{q['precision']:.4f} | {q['recall_j_ge_0.8']:.4f} | {q['families_lost']} |")
+    print(f"\nDedup work only (wall s inside the dedup steps as datatrove's executor records them, corpus reading and "
+          f"document writing excluded; datasketch: its wall time minus its read and write):\n"
+          f"| tool | dedup wall s | {ref} is faster by (per round) |")
+    print("|---|---|---|")
+    for name in tools:
+        print(f"| {name} | {_fmt(dedups[name], '.2f')} | {_fmt(ratios(dedups, name), '.1f', 'x')} |")
     print("\nRecall by exact-Jaccard band (pair detected = one of the two removed):")
-    bands = sorted({b for _, (w, k) in results.items() for b in quality(corpus, k)["recall_by_band"]})
-    print("| band | pairs | " + " | ".join(results) + " |")
-    print("|---|---:|" + "---:|" * len(results))
-    qs = {name: quality(corpus, kept)["recall_by_band"] for name, (w, kept) in results.items()}
+    qs = {name: quality(corpus, kept)["recall_by_band"] for name, kept in kept_by.items()}
+    bands = sorted({b for q in qs.values() for b in q})
+    print("| band | pairs | " + " | ".join(qs) + " |")
+    print("|---|---:|" + "---:|" * len(qs))
     for b in bands:
         npairs = next(q[b][1] for q in qs.values() if b in q)
-        print(f"| {b} | {npairs} | " + " | ".join(f"{q[b][0]:.3f}" for q in qs.values()) + " |")
-    print_scurve(scurve_check(corpus, backend=backends[0]),
-                 f"LSH candidate probability vs theory (cuvee, {backends[0]}, 14x8)")
+        print(f"| {b} | {npairs} | " + " | ".join(f"{q[b][0]:.3f}" if b in q else "-" for q in qs.values()) + " |")
+    if not args.no_scurve:
+        print_scurve(scurve_check(corpus, backend=backends[0]),
+                     f"LSH candidate probability vs theory (cuvee, {backends[0]}, 14x8)")
+
 
 if __name__ == "__main__":
     main()
