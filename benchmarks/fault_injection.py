@@ -38,10 +38,8 @@ import argparse
 import gzip
 import hashlib
 import json
-import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -52,12 +50,34 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]  # tests/: the slow step, also for compile here
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "benchmarks")]  # tests/: the slow step, also for compile here
 
-from cuvee.pipeline.io import iter_documents  # noqa: E402
+from _faults.common import (
+    POLL_S,
+    Proc,
+    cuvee,
+    env,
+    lock_held,
+    snapshot,
+    t_after_launch,
+)
+from _faults.common import run_until as run_argv_until
+from _faults.jobs import (
+    JobFolder as Folder,
+)
+from _faults.jobs import (
+    all_done,
+    job_in,
+    job_ranks,
+    output_appears,
+    plan_bound,
+    tmp_in,
+    watch_timeline,
+)
+
+from cuvee.pipeline.io import iter_documents
 
 TASKS = 4
-POLL_S = 0.01
 ACCOUNT_KEYS = ("records_read", "kept", "dropped", "balanced", "by_reason", "inputs")
 
 
@@ -130,166 +150,12 @@ def job_names(recipe: Path, run_dir: Path) -> list[tuple[str, str, int]]:
     return [(j.name, j.kind, j.tasks) for j in compile_recipe(r, run_dir)]
 
 
-class Folder:
-    def __init__(self, run_dir: Path, jobs):
-        self.d = run_dir
-        self.jobs = jobs
-
-    def started(self, job):
-        return (self.d / "logs" / job).exists()
-
-    def done(self, job):
-        c = self.d / "logs" / job / "completions"
-        try:
-            return len(os.listdir(c))
-        except OSError:
-            return 0
-
-    def tmps(self):
-        out = []
-        for sub in ("work", "output"):
-            base = self.d / sub
-            if base.exists():
-                out += [str(p.relative_to(self.d)) for p in base.rglob("*.tmp")]
-        return sorted(out)
-
-    def outputs(self):
-        base = self.d / "output"
-        return sorted(p for p in base.rglob("*.jsonl.gz")) if base.exists() else []
-
-    def state(self) -> dict:
-        """What the run was doing: first job not complete (and whether it had started), ranks done."""
-        running, detail = "startup", ""
-        if (self.d / ".cuvee-plan.json").exists():
-            running = "bound"
-        for name, _kind, tasks in self.jobs:
-            k = self.done(name)
-            if k < tasks:
-                if self.started(name):
-                    running, detail = name, f"{k}/{tasks} ranks"
-                elif name != self.jobs[0][0]:
-                    running = f"between jobs, before {name}"
-                break
-        else:
-            running = "all jobs done" + ("" if (self.d / "stats.json").exists() else ", no stats.json")
-        out = self.outputs()
-        return {"running": running, "ranks": detail, "tmp": self.tmps(),
-                "output": f"{len(out)} files {sum(p.stat().st_size for p in out)} B" if out else "-"}
-
-    def snapshot(self) -> dict:
-        """Hash of every file (but the lock, which a refused process may open) for no-change checks."""
-        snap = {}
-        for p in sorted(self.d.rglob("*")):
-            if p.is_file() and p.name != ".cuvee.lock":
-                snap[str(p.relative_to(self.d))] = hashlib.sha1(p.read_bytes()).hexdigest()
-        return snap
-
-
 def cmd(recipe: Path, run_dir: Path, extra=()) -> list[str]:
-    return [sys.executable, "-m", "cuvee.cli", "run", str(recipe), "--run-dir", str(run_dir), *extra]
+    return cuvee("run", recipe, "--run-dir", run_dir, *extra)
 
 
-def env() -> dict:
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests"), str(REPO), e.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return e
-
-
-def launch(recipe, run_dir, log: Path, extra=()):
-    fh = open(log, "ab")
-    p = subprocess.Popen(cmd(recipe, run_dir, extra), stdout=fh, stderr=subprocess.STDOUT, env=env(),
-                         start_new_session=True, cwd=REPO)
-    p._log = fh  # type: ignore[attr-defined]
-    return p
-
-
-def finish(p, timeout=600) -> int:
-    rc = p.wait(timeout=timeout)
-    p._log.close()
-    return rc
-
-
-def kill(p) -> None:
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    p.wait()
-    p._log.close()
-    # wait for every process of the group (forkserver, pool workers) to be gone: they hold no lock,
-    # but a straggler could still write a file after we look
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(p.pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.02)
-
-
-# --------------------------------------------------------------------------------------- triggers
-class Trigger:
-    """Fires when ``cond(folder, t_since_launch, ctx)`` is true; ctx remembers job start times."""
-
-    def __init__(self, label: str, cond):
-        self.label = label
-        self.cond = cond
-
-
-def t_after_launch(t_s):
-    return Trigger(f"t={t_s:.1f}s after launch", lambda f, t, ctx: t >= t_s)
-
-
-def plan_bound():
-    return Trigger("plan bound", lambda f, t, ctx: (f.d / ".cuvee-plan.json").exists())
-
-
-def job_in(job, frac, dur):
-    def cond(f, t, ctx):
-        if job not in ctx and f.started(job):
-            ctx[job] = t
-        return job in ctx and t - ctx[job] >= frac * dur
-
-    return Trigger(f"{job} +{frac:.0%} of its time", cond)
-
-
-def job_ranks(job, k):
-    return Trigger(f"{job} {k} rank(s) complete", lambda f, t, ctx: f.done(job) >= k)
-
-
-def tmp_in(sub):
-    def cond(f, t, ctx):
-        base = f.d / sub
-        return base.exists() and any(base.glob("*.tmp"))
-
-    return Trigger(f"first .tmp in {sub}", cond)
-
-
-def output_appears(min_bytes=1):
-    def cond(f, t, ctx):
-        return any(p.stat().st_size >= min_bytes for p in f.outputs())
-
-    return Trigger(f"output file >= {min_bytes} B", cond)
-
-
-def all_done(jobs):
-    return Trigger("last job complete, before stats.json",
-                   lambda f, t, ctx: f.done(jobs[-1][0]) >= jobs[-1][2])
-
-
-def run_until(recipe, run_dir, folder: Folder, trig: Trigger, log: Path):
-    """Launch; kill when the trigger fires. Returns (killed?, state at death or rc)."""
-    p = launch(recipe, run_dir, log)
-    t0 = time.monotonic()
-    ctx: dict = {}
-    while True:
-        if p.poll() is not None:
-            p._log.close()
-            return False, {"rc": p.returncode}
-        if trig.cond(folder, time.monotonic() - t0, ctx):
-            kill(p)
-            return True, folder.state()
-        time.sleep(POLL_S)
+def launch(recipe, run_dir, log: Path, extra=()) -> Proc:
+    return Proc(cmd(recipe, run_dir, extra), log)
 
 
 # ------------------------------------------------------------------------------------- comparison
@@ -349,16 +215,10 @@ def main() -> int:
     t0 = time.monotonic()
     start, end = {}, {}
     while p.poll() is None:
-        t = time.monotonic() - t0
-        for name, _k, tasks in jobs:
-            if name not in start and f.started(name):
-                start[name] = t
-            if name not in end and f.done(name) >= tasks:
-                end[name] = t
+        watch_timeline(f, time.monotonic() - t0, start, end)
         time.sleep(POLL_S)
-    p._log.close()
     ref_wall = time.monotonic() - t0
-    if p.returncode != 0:
+    if p.popen.returncode != 0:
         print((logs / "ref.log").read_text()[-3000:])
         print("reference run failed")
         return 2
@@ -373,8 +233,7 @@ def main() -> int:
 
     # a second uninterrupted run: the output must be deterministic, or the comparison means nothing
     det_dir = tmp / "det"
-    p = launch(recipe, det_dir, logs / "det.log")
-    finish(p)
+    launch(recipe, det_dir, logs / "det.log").finish()
     det = compare(ref, ref_acc, det_dir)
     print(f"determinism check (2nd clean run): {det}")
 
@@ -404,15 +263,14 @@ def main() -> int:
         d = tmp / f"p{i:02d}"
         fo = Folder(d, jobs)
         lg = logs / f"p{i:02d}.log"
-        killed, st = run_until(recipe, d, fo, trig, lg)
+        killed, st = run_argv_until(cmd(recipe, d), fo, trig, lg)
         kills = [st if killed else {"running": "finished before the trigger", "ranks": "", "tmp": [], "output": ""}]
         if i % 4 == 3 and killed:  # kill twice: resume, kill again at a random later moment, resume
             t2 = rng.uniform(0.3, max(0.6, ref_wall * 0.6))
-            killed2, st2 = run_until(recipe, d, fo, t_after_launch(t2), lg)
+            killed2, st2 = run_argv_until(cmd(recipe, d), fo, t_after_launch(t2), lg)
             kills.append(st2 if killed2 else {"running": "resume finished before 2nd kill", "ranks": "", "tmp": [],
                                               "output": ""})
-        p = launch(recipe, d, lg)
-        rc = finish(p)
+        rc = launch(recipe, d, lg).finish()
         c = compare(ref, ref_acc, d)
         c["rc"] = rc
         ok = rc == 0 and not (c["dup"] or c["loss"] or c["extra"] or c["changed"]) and c["balanced"] and c["acc_eq"]
@@ -435,14 +293,14 @@ def main() -> int:
     d = tmp / "refuse"
     fo = Folder(d, jobs)
     lg = logs / "refuse.log"
-    killed, st = run_until(recipe, d, fo, job_in(segs[1], 0.5, dur[segs[1]]), lg)
+    killed, st = run_argv_until(cmd(recipe, d), fo, job_in(segs[1], 0.5, dur[segs[1]]), lg)
     print(f"  killed at: {st}")
     edited = make_recipe(tmp / "recipe_edited.yaml", tmp / "in", args.delay, args.workers, min_chars=41)
 
     def refused(label, argv, needle):
-        before = fo.snapshot()
-        r = subprocess.run(argv, capture_output=True, text=True, env=env(), cwd=REPO, timeout=300)
-        after = fo.snapshot()
+        before = snapshot(d)
+        r = subprocess.run(argv, check=False, capture_output=True, text=True, env=env(), cwd=REPO, timeout=300)
+        after = snapshot(d)
         msg = (r.stdout + r.stderr).strip()
         ok = r.returncode != 0 and needle in msg and before == after
         first = next((ln for ln in msg.splitlines() if needle in ln), msg.splitlines()[-1] if msg else "")
@@ -455,12 +313,12 @@ def main() -> int:
     # concurrent: resume in the background, a second run on the same folder while it runs
     p = launch(recipe, d, lg)
     lock = d / ".cuvee.lock"
-    while p.poll() is None and not (lock.exists() and lock.read_text().startswith("pid")):  # lock taken
+    while p.poll() is None and not lock_held(lock):
         time.sleep(POLL_S)
     running_then = p.poll() is None
-    r = subprocess.run(cmd(recipe, d), capture_output=True, text=True, env=env(), cwd=REPO, timeout=300)
+    r = subprocess.run(cmd(recipe, d), check=False, capture_output=True, text=True, env=env(), cwd=REPO, timeout=300)
     first_alive = p.poll() is None
-    rc = finish(p)
+    rc = p.finish()
     c = compare(ref, ref_acc, d)
     msg = (r.stdout + r.stderr)
     ok = (r.returncode != 0 and "in use by another cuvee process" in msg and running_then and first_alive and rc == 0

@@ -1,0 +1,208 @@
+"""Start a real cuvee command in its own session, kill -9 (or pause) its whole process group when a trigger
+fires, snapshot folders, and judge refusals: the pieces every fault-injection scenario needs."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+POLL_S = 0.01
+
+
+def env(extra: dict | None = None) -> dict:
+    """The child's environment: tests/ on the path (the slow step of recipes), no downloads."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests"), str(REPO), e.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    e.setdefault("HF_HUB_OFFLINE", "1")
+    e.setdefault("TRANSFORMERS_OFFLINE", "1")
+    e.update(extra or {})
+    return e
+
+
+def cuvee(*args: str) -> list[str]:
+    """``python -m cuvee.cli ARGS``: the real CLI, as a user runs it."""
+    return [sys.executable, "-m", "cuvee.cli", *map(str, args)]
+
+
+class Proc:
+    """One command started in its own session, so SIGKILL / SIGSTOP reach its worker processes too."""
+
+    def __init__(self, argv: list[str], log: Path):
+        self._fh = open(log, "ab")  # noqa: SIM115 - open for the life of the process, closed by poll/finish/kill
+        self._fh.write(f"\n$ {' '.join(map(str, argv))}\n".encode())
+        self._fh.flush()
+        self.popen = subprocess.Popen(argv, stdout=self._fh, stderr=subprocess.STDOUT, env=env(),
+                                      start_new_session=True, cwd=REPO)
+        self.pid = self.popen.pid
+        self.t0 = time.monotonic()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def poll(self) -> int | None:
+        rc = self.popen.poll()
+        if rc is not None:
+            self._fh.close()
+        return rc
+
+    def finish(self, timeout: float = 600) -> int:
+        rc = self.popen.wait(timeout=timeout)
+        self._fh.close()
+        return rc
+
+    def _signal_group(self, sig) -> None:
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def pause(self) -> None:
+        self._signal_group(signal.SIGSTOP)
+
+    def cont(self) -> None:
+        self._signal_group(signal.SIGCONT)
+
+    def kill(self) -> None:
+        """SIGKILL to the whole group, then wait until none of its processes is left: a straggler
+        (forkserver, pool worker) could still write a file after we look."""
+        self._signal_group(signal.SIGKILL)
+        self.popen.wait()
+        self._fh.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.02)
+
+
+# --------------------------------------------------------------------------------------------- triggers
+class Trigger:
+    """Fires when ``cond(subject, t_since_launch, ctx)`` is true; ``ctx`` is a dict the condition may keep
+    state in (e.g. when a job was first seen)."""
+
+    def __init__(self, label: str, cond):
+        self.label = label
+        self.cond = cond
+
+
+def t_after_launch(t_s: float) -> Trigger:
+    return Trigger(f"t={t_s:.1f}s after launch", lambda s, t, ctx: t >= t_s)
+
+
+def when(label: str, pred) -> Trigger:
+    """A trigger on the subject alone: ``pred(subject) -> bool``."""
+    return Trigger(label, lambda s, t, ctx: pred(s))
+
+
+def thin(triggers: list[Trigger], n: int) -> list[Trigger]:
+    """``n`` of the triggers, spread evenly over the list (first and last kept; one: the middle one, mid-work)."""
+    if len(triggers) <= n:
+        return triggers
+    if n == 1:
+        return [triggers[len(triggers) // 2]]
+    idx = sorted({round(i * (len(triggers) - 1) / max(1, n - 1)) for i in range(n)})
+    return [triggers[i] for i in idx]
+
+
+def run_until(argv: list[str], subject, trig: Trigger, log: Path) -> tuple[bool, dict]:
+    """Launch; SIGKILL the group when the trigger fires. Returns (killed?, subject.state() at death or {"rc": rc})."""
+    p = Proc(argv, log)
+    ctx: dict = {}
+    while True:
+        if p.poll() is not None:
+            return False, {"rc": p.popen.returncode}
+        if trig.cond(subject, p.elapsed(), ctx):
+            p.kill()
+            return True, subject.state()
+        time.sleep(POLL_S)
+
+
+# -------------------------------------------------------------------------------------------- folders
+def is_lock(name: str) -> bool:
+    """cuvee's lock files (``.cuvee.lock``, an output file's sibling ``.<name>.cuvee.lock``): a refused process
+    may open them, so they are not part of a folder's content."""
+    return name == ".cuvee.lock" or name.endswith(".cuvee.lock")
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """sha1 of every file under ``folder`` but the locks, for no-change checks."""
+    snap = {}
+    if folder.exists():
+        for p in sorted(folder.rglob("*")):
+            if p.is_file() and not is_lock(p.name):
+                snap[str(p.relative_to(folder))] = hashlib.sha1(p.read_bytes()).hexdigest()
+    return snap
+
+
+def snapshot_diff(before: dict, after: dict) -> str:
+    """The files that differ, for a message (empty when equal)."""
+    keys = sorted(set(before) | set(after))
+    diff = [k + (" (new)" if k not in before else " (gone)" if k not in after else " (changed)")
+            for k in keys if before.get(k) != after.get(k)]
+    return ", ".join(diff[:6]) + (f" (+{len(diff) - 6})" if len(diff) > 6 else "")
+
+
+def lock_held(lock: Path) -> bool:
+    """A FolderLock writes ``pid N on HOST since ...`` into its file once the flock is taken."""
+    try:
+        return lock.read_bytes().startswith(b"pid")
+    except OSError:
+        return False
+
+
+class FileSave:
+    """The bytes and times of a file, to put it back exactly (size, content and mtime) after an edit."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.data = path.read_bytes()
+        st = path.stat()
+        self.times = (st.st_atime_ns, st.st_mtime_ns)
+
+    def restore(self) -> None:
+        self.path.write_bytes(self.data)
+        os.utime(self.path, ns=self.times)
+
+
+def rewrite_same_size(path: Path, edit) -> FileSave:
+    """Rewrite ``path`` in place with ``edit(bytes) -> bytes`` (same length), mtime moved 1 s on; returns
+    what restores it."""
+    saved = FileSave(path)
+    new = edit(saved.data)
+    assert len(new) == len(saved.data) and new != saved.data
+    path.write_bytes(new)
+    os.utime(path, ns=(saved.times[0], saved.times[1] + 1_000_000_000))
+    return saved
+
+
+_TEXT_START = re.compile(rb'("text": ?")([A-Za-z])')
+
+
+def swap_case_edit(data: bytes) -> bytes:
+    """Flip the case of the first letter of every JSONL record's text: same size, other content."""
+    return _TEXT_START.sub(lambda m: m.group(1) + bytes([m.group(2)[0] ^ 0x20]), data)
+
+
+# ------------------------------------------------------------------------------------------- refusals
+def one_line_refusal(r: subprocess.CompletedProcess) -> tuple[bool, str]:
+    """(a refusal as the house rules ask: non-zero exit, exactly one line on stderr, no traceback; that line)."""
+    err = [ln for ln in (r.stderr or "").splitlines() if ln.strip()]
+    out = [ln for ln in (r.stdout or "").splitlines() if ln.strip()]
+    ok = r.returncode != 0 and len(err) == 1 and "Traceback" not in (r.stderr or "") + (r.stdout or "")
+    return ok, (err or out or [""])[-1].strip()
+
+
+def run_once(argv: list[str], log: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    r = subprocess.run(argv, check=False, capture_output=True, text=True, env=env(), cwd=REPO, timeout=timeout)
+    with open(log, "a") as fh:
+        fh.write(f"\n$ {' '.join(map(str, argv))}\n{r.stdout}{r.stderr}[rc {r.returncode}]\n")
+    return r

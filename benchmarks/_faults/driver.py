@@ -1,0 +1,252 @@
+"""One driver for every command: an uninterrupted reference, kill -9 at the scenario's points and rerun,
+changed input refused, a concurrent second process refused. The scenario (one module per command) says how
+to run the command, where to kill it and how to compare two outputs.
+
+A scenario provides:
+
+``name``                     the command, as a user types it (``dedup run``)
+``argv(out)``                the command line writing into ``out`` (a folder, or the annotations file)
+``watch(out)``               an object with ``state() -> dict`` (what a kill left) and ``tick(t)`` (called on
+                             every poll of the reference run, to learn its timeline)
+``triggers(ref_watch, n, rng)``  the kill points, from the reference run's timeline
+``compare(ref, out)``        {"dup", "loss", "extra", "changed": int, "checks": {name: bool}}
+``changes()``                the changed-input cases: (label, apply() -> restore callable, argv(out) or None)
+``refuse_after``             the states the changed-input refusals are tried in: "killed" and/or "done"
+``mid_trigger(ref_watch)``   where to kill before the changed-input refusals
+``busy(out)``                the moment a first process is known to be at work (its lock held)
+``footprint(out)``           the folder whose files must not change on a refusal
+``out(tmp, tag)``            where one attempt writes (a folder; annotate: a file in its own folder)
+``summary(ref)``             one line on the reference output
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from _faults.common import (
+    POLL_S,
+    Proc,
+    one_line_refusal,
+    run_once,
+    run_until,
+    snapshot,
+    snapshot_diff,
+    t_after_launch,
+)
+
+NOT_KILLED = {"running": "finished before the trigger"}
+CHANGE_WORDS = re.compile(r"chang|differ|plan|modif|rewrit|other|stamp|mismatch", re.IGNORECASE)
+
+
+class Scenario:
+    """Defaults shared by the scenarios (see the module docstring for what each one adds)."""
+
+    refuse_after = ("killed", "done")
+
+    def out(self, tmp: Path, tag) -> Path:
+        return tmp / str(tag)
+
+    def footprint(self, out: Path) -> Path:
+        return out
+
+    def names_change(self, line: str) -> bool:
+        """A refusal of changed input says so (not any one-line failure)."""
+        return bool(CHANGE_WORDS.search(line))
+
+
+@dataclass
+class PointRow:
+    index: int
+    label: str
+    kills: list[dict]
+    rc: int
+    cmp: dict
+
+    @property
+    def ok(self) -> bool:
+        c = self.cmp
+        return self.rc == 0 and not (c["dup"] or c["loss"] or c["extra"] or c["changed"]) and all(c["checks"].values())
+
+
+@dataclass
+class RefusalRow:
+    label: str
+    expected: str
+    ok: bool
+    rc: int
+    line: str
+    detail: str = ""
+
+
+@dataclass
+class CommandResult:
+    name: str
+    argv: str
+    ref_wall: float
+    ref_summary: str
+    points: list[PointRow] = field(default_factory=list)
+    refusals: list[RefusalRow] = field(default_factory=list)
+    wall: float = 0.0
+
+    def failures(self) -> list[str]:
+        out = [f"{self.name} point {p.index} ({p.label}): rc {p.rc} {fmt_cmp(p.cmp)}; killed at: "
+               f"{' | then '.join(describe(k) for k in p.kills)}" for p in self.points if not p.ok]
+        out += [f"{self.name}: {r.label}: expected {r.expected}; got rc {r.rc}: {r.line[:200]}"
+                + (f" ({r.detail})" if r.detail else "") for r in self.refusals if not r.ok]
+        return out
+
+
+def describe(state: dict) -> str:
+    """A kill's state in a table cell."""
+    if "rc" in state:
+        return f"finished before the kill (rc {state['rc']})"
+    parts = [f"{state.get('running', '')} {state.get('ranks', '')}".strip()]
+    parts += [f"{k}: {v}" for k, v in state.items() if k not in ("running", "ranks") and v not in ("", "-", [], None)]
+    return "; ".join(p if not isinstance(p, list) else ",".join(p) for p in parts if p)
+
+
+def fmt_cmp(c: dict) -> str:
+    bad = [k for k, v in c["checks"].items() if not v]
+    return (f"dup {c['dup']} loss {c['loss']} extra {c['extra']} changed {c['changed']}"
+            + (f" failed checks: {', '.join(bad)}" if bad else ""))
+
+
+def _wait(p: Proc, pred, timeout: float = 300) -> bool:
+    deadline = time.monotonic() + timeout
+    while p.poll() is None and time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(POLL_S)
+    return False
+
+
+def drive(scn, tmp: Path, points: int, rng: random.Random, say=print, quick: bool = False) -> CommandResult:
+    """``quick``: no second reference run, and the changed-input refusals only in the first state (for CI)."""
+    t_start = time.monotonic()
+    tmp.mkdir(parents=True, exist_ok=True)
+    logs = tmp / "logs"
+    logs.mkdir(exist_ok=True)
+
+    # ---- reference: uninterrupted, watched for its timeline
+    ref = scn.out(tmp, "ref")
+    w = scn.watch(ref)
+    p = Proc(scn.argv(ref), logs / "ref.log")
+    while p.poll() is None:
+        w.tick(p.elapsed())
+        time.sleep(POLL_S)
+    ref_wall = p.elapsed()
+    if p.popen.returncode != 0:
+        raise RuntimeError(f"{scn.name}: reference run failed (rc {p.popen.returncode}); see {logs / 'ref.log'}")
+    triggers = scn.triggers(w, points, rng)
+    if points == 1:  # one point: the scenario's own mid-work trigger (a count or a job, never a race)
+        triggers = [scn.mid_trigger(w)]
+    res = CommandResult(scn.name, " ".join(map(str, scn.argv(ref))), ref_wall, scn.summary(ref))
+    say(f"[{scn.name}] reference: {res.ref_summary}; wall {ref_wall:.1f} s")
+    if not quick:  # a second clean run: if two differ, comparing with the reference means nothing
+        d = scn.out(tmp, "det")
+        det = PointRow(-1, "second uninterrupted run", [], Proc(scn.argv(d), logs / "det.log").finish(), scn.compare(ref, d))
+        res.refusals.append(RefusalRow("a second uninterrupted run equals the reference", "rc 0, = reference", det.ok,
+                                       det.rc, fmt_cmp(det.cmp)))
+
+    # ---- kill points: kill, (every 3rd point: rerun and kill again), rerun to the end, compare
+    for i, trig in enumerate(triggers):
+        d = scn.out(tmp, f"p{i:02d}")
+        lg = logs / f"p{i:02d}.log"
+        killed, st = run_until(scn.argv(d), scn.watch(d), trig, lg)
+        kills = [st if killed else {**NOT_KILLED, **st}]
+        if i % 3 == 2 and killed:
+            t2 = rng.uniform(0.3, max(0.6, ref_wall * 0.8))
+            killed2, st2 = run_until(scn.argv(d), scn.watch(d), t_after_launch(t2), lg)
+            kills.append(st2 if killed2 else {"running": "rerun finished before the 2nd kill"})
+        rc = Proc(scn.argv(d), lg).finish()
+        row = PointRow(i, trig.label, kills, rc, scn.compare(ref, d))
+        res.points.append(row)
+        say(f"[{scn.name}] {i:2d} {trig.label:40s} {' | then '.join(describe(k) for k in kills)}\n"
+            f"           -> rc {rc} {fmt_cmp(row.cmp)}  {'OK' if row.ok else 'FAIL'}")
+
+    # ---- changed input: refused in one line, nothing in the folder changed (after a kill, after the end)
+    d = scn.out(tmp, "refuse")
+    lg = logs / "refuse.log"
+    for state in scn.refuse_after[:1] if quick else scn.refuse_after:
+        if state == "killed":
+            killed, st = run_until(scn.argv(d), scn.watch(d), scn.mid_trigger(w), lg)
+            where = f"after a kill ({describe(st)})" if killed else "after a run the kill missed"
+        else:
+            rc = Proc(scn.argv(d), lg).finish()
+            where = f"after a finished run (rc {rc})"
+        for label, apply, argv_of in scn.changes():
+            restore = apply()
+            try:
+                before = snapshot(scn.footprint(d))
+                r = run_once((argv_of or scn.argv)(d), lg)
+                after = snapshot(scn.footprint(d))
+            finally:
+                restore()
+            one, line = one_line_refusal(r)
+            ok = one and before == after and scn.names_change(line)
+            detail = "" if before == after else f"folder changed: {snapshot_diff(before, after)}"
+            if r.returncode != 0 and not one:
+                detail = (detail + "; " if detail else "") + "not one line on stderr"
+            res.refusals.append(RefusalRow(f"{label}, {where}", "refused in one line, folder unchanged", ok,
+                                           r.returncode, line, detail))
+            say(f"[{scn.name}] {label}, {where}: rc {r.returncode} {'REFUSED' if ok else 'NOT REFUSED'}: {line[:160]}"
+                + (f" [{detail}]" if detail else ""))
+        if state == "killed":  # the original input, put back, still resumes to the reference
+            rc = Proc(scn.argv(d), lg).finish()
+            c = scn.compare(ref, d)
+            row = PointRow(-1, "resume after the refusals", [], rc, c)
+            res.refusals.append(RefusalRow("original input resumes after the refusals", "rc 0, = reference", row.ok,
+                                           rc, fmt_cmp(c)))
+
+    # ---- a second process while the first works: the first is paused (SIGSTOP) with its lock held, the second
+    # must be refused in one line; the first then continues and must still give the reference output
+    d = scn.out(tmp, "concurrent")
+    lg = logs / "concurrent.log"
+    first = Proc(scn.argv(d), lg)
+    busy = _wait(first, lambda: scn.busy(d))
+    first.pause()
+    try:
+        r = run_once(scn.argv(d), lg)
+    finally:
+        first.cont()
+    rc = first.finish()
+    c = scn.compare(ref, d)
+    one, line = one_line_refusal(r)
+    ok = busy and one and ("in use" in line or "another" in line) and rc == 0 and PointRow(-1, "", [], rc, c).ok
+    res.refusals.append(RefusalRow("second process while the first works", "refused in one line; first: rc 0, = reference",
+                                   ok, r.returncode, line, f"first: {'busy' if busy else 'NOT SEEN BUSY'}, rc {rc}, {fmt_cmp(c)}"))
+    say(f"[{scn.name}] concurrent: 2nd rc {r.returncode} {'REFUSED' if one else 'NOT REFUSED'}: {line[:160]}; "
+        f"1st rc {rc} {fmt_cmp(c)}")
+    res.wall = time.monotonic() - t_start
+    return res
+
+
+# ------------------------------------------------------------------------------------------- report
+def report(results: list[CommandResult]) -> str:
+    """The markdown tables: a summary per command, then each command's kill points and refusals."""
+    out = [("| command | kill points (kills, twice) | dup | loss | extra | changed | other checks failed | "
+           "refusals expected / observed | wall s |"), "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        kills = sum(1 for p in r.points for k in p.kills if "rc" not in k and "finished" not in k.get("running", ""))
+        twice = sum(len(p.kills) > 1 for p in r.points)
+        other = sum(1 for p in r.points for v in p.cmp["checks"].values() if not v) + sum(p.rc != 0 for p in r.points)
+        tot = {k: sum(p.cmp[k] for p in r.points) for k in ("dup", "loss", "extra", "changed")}
+        out.append(f"| `{r.name}` | {len(r.points)} ({kills}, {twice}) | {tot['dup']} | {tot['loss']} | {tot['extra']} | "
+                   f"{tot['changed']} | {other} | {len(r.refusals)} / {sum(x.ok for x in r.refusals)} | {r.wall:.0f} |")
+    for r in results:
+        out += ["", f"**`cuvee {r.name}`** — reference: {r.ref_summary} ({r.ref_wall:.1f} s)", "",
+                "| # | kill trigger | state at kill | rc | dup | loss | extra | changed | failed checks | note |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        for p in r.points:
+            bad = ", ".join(k for k, v in p.cmp["checks"].items() if not v) or "-"
+            out.append(f"| {p.index} | {p.label} | {' ⟶ '.join(describe(k) for k in p.kills)} | {p.rc} | {p.cmp['dup']} | "
+                       f"{p.cmp['loss']} | {p.cmp['extra']} | {p.cmp['changed']} | {bad} | {p.cmp.get('note', '')} |")
+        out += ["", "| attempt | expected | exit | message / result | ok |", "|---|---|---|---|---|"]
+        for x in r.refusals:
+            msg = (x.line + (f" ({x.detail})" if x.detail else "")).replace("|", "\\|")[:300]
+            out.append(f"| {x.label} | {x.expected} | {x.rc} | {msg} | {'yes' if x.ok else '**NO**'} |")
+    return "\n".join(out)
