@@ -2,10 +2,17 @@
 
 Validated up front with pydantic (``extra="forbid"``) so a typo fails before any tokenization, with a message
 naming the file and the key.
+
+A source may instead have ``selections``: named ``where`` conditions on the documents' metadata, each with its
+own weight and ``max_epochs`` (e.g. quality buckets 15-19 four times, 10-14 once, the rest left out). Each
+selection is a source of the blend (``<source>.<selection>``, :meth:`MixConfig.blend_config`), so the exact
+blend rule, epochs planning, manifest and summary treat it like any source; the selections of one source must
+provably exclude each other (``cuvee/mixer/where.py``), so no document can be drawn by two of them.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
@@ -13,11 +20,19 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from cuvee.mixer.tokenizers import TokenizerSpec
+from cuvee.mixer.where import OPERATORS, check_where, disjoint
 
-OPERATORS = ("==", "!=", ">", ">=", "<", "<=", "in", "not_in", "exists")
+__all__ = ["OPERATORS", "MixConfig", "MixConfigError", "SelectionConfig", "SourceConfig", "load_mix_config"]
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
 
 
@@ -33,43 +48,91 @@ class MixConfigError(ValueError):
     """A mix config that cannot be run as written (message names the file and key)."""
 
 
+def _positive_weight(v: float | None) -> float | None:
+    if v is not None and (not math.isfinite(v) or v <= 0):
+        raise ValueError(f"weight must be a positive finite number, got {v}")
+    return v
+
+
+class SelectionConfig(BaseModel):
+    """Part of a source chosen by metadata, blended as a source of its own."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(..., pattern=NAME_PATTERN)
+    where: dict[str, Any] = Field(..., description="metadata conditions, all must hold (with the source's where)")
+    weight: float = Field(..., description="share of the target, in tokens (like a source's weight)")
+    max_epochs: float = Field(1.0, gt=0, description="how often this selection may be repeated to meet its weight")
+
+    _name = field_validator("name")(_plain_name)
+    _weight = field_validator("weight")(_positive_weight)
+
+    @field_validator("where")
+    @classmethod
+    def _where(cls, v: dict) -> dict:
+        return check_where(v)
+
+
 class SourceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(..., pattern=NAME_PATTERN)
     paths: list[str] = Field(..., min_length=1, description="files, folders or globs of pipeline outputs")
-    weight: float = Field(..., description="share of the target, in tokens")
+    weight: float | None = Field(None, description="share of the target, in tokens (not with selections)")
     max_epochs: float = Field(1.0, gt=0, description="how often the source may be repeated to meet its weight")
     where: dict[str, Any] = Field(default_factory=dict, description="metadata conditions, all must hold")
+    selections: list[SelectionConfig] = Field(default_factory=list, description="parts of the source chosen by "
+                                              "metadata, each with its own weight and max_epochs (instead of weight)")
     text_key: str = Field("text", description="field holding the text (e.g. main_content)")
     min_chars: int = Field(1, ge=0, description="documents with fewer characters are counted and skipped")
 
     _name = field_validator("name")(_plain_name)
+    _weight = field_validator("weight")(_positive_weight)
 
     @field_validator("paths", mode="before")
     @classmethod
     def _listify(cls, v):
         return [v] if isinstance(v, str) else v
 
-    @field_validator("weight")
-    @classmethod
-    def _weight(cls, v: float) -> float:
-        if not math.isfinite(v) or v <= 0:
-            raise ValueError(f"weight must be a positive finite number, got {v}")
-        return v
-
     @field_validator("where")
     @classmethod
     def _where(cls, v: dict) -> dict:
-        for key, cond in v.items():
-            if isinstance(cond, dict):
-                bad = [op for op in cond if op not in OPERATORS]
-                if bad:
-                    raise ValueError(f"where.{key}: unknown operator(s) {bad}; use one of {list(OPERATORS)}")
-                for op in ("in", "not_in"):
-                    if op in cond and not isinstance(cond[op], list):
-                        raise ValueError(f"where.{key}.{op} needs a list")
-        return v
+        return check_where(v)
+
+    @model_validator(mode="after")
+    def _weight_or_selections(self):
+        if not self.selections:
+            if self.weight is None:
+                raise ValueError(f"source '{self.name}': give weight (or selections, each with its own weight)")
+            return self
+        if self.weight is not None or "max_epochs" in self.model_fields_set:
+            raise ValueError(f"source '{self.name}': with selections, weight and max_epochs go on each selection")
+        names = [sel.name for sel in self.selections]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"source '{self.name}': duplicate selection names {dupes}")
+        for sel in self.selections:
+            both = sorted(sel.where.keys() & self.where.keys())
+            if both:
+                raise ValueError(f"source '{self.name}': selection '{sel.name}' and the source's where both set {both}; "
+                                 f"give each key in one place")
+        for i, a in enumerate(self.selections):
+            for b in self.selections[i + 1:]:
+                if not disjoint(a.where, b.where):
+                    raise ValueError(
+                        f"source '{self.name}': selections '{a.name}' and '{b.name}' may select the same document "
+                        f"(no key on which their where conditions exclude each other); make them exclusive, e.g. "
+                        f"quality_bucket {{gte: 15}} and {{gte: 10, lt: 15}}")
+        return self
+
+    def blend_sources(self) -> list[SourceConfig]:
+        """This source as the blend sees it: itself, or one plain source per selection (``<source>.<selection>``,
+        the source's where and the selection's where together)."""
+        if not self.selections:
+            return [self]
+        base = self.model_dump(exclude={"name", "weight", "max_epochs", "where", "selections"})
+        return [SourceConfig(**base, name=f"{self.name}.{sel.name}", weight=sel.weight, max_epochs=sel.max_epochs,
+                             where={**self.where, **sel.where}) for sel in self.selections]
 
 
 class MixConfig(BaseModel):
@@ -100,12 +163,17 @@ class MixConfig(BaseModel):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"duplicate source names {dupes}")
-        total = sum(s.weight for s in self.sources)
-        detail = ", ".join(f"{s.name}={s.weight:g}" for s in self.sources)
+        units = [u for s in self.sources for u in s.blend_sources()]
+        names = [u.name for u in units]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"source and selection names {dupes} meet twice (a selection is named <source>.<selection>)")
+        total = sum(u.weight for u in units)
+        detail = ", ".join(f"{u.name}={u.weight:g}" for u in units)
         if not math.isfinite(total):
             raise ValueError(f"source weights sum to {total:g} ({detail}); use weights of ordinary size, "
                              f"e.g. shares that sum to 1")
-        vanishing = [s.name for s in self.sources if s.weight / total == 0.0]
+        vanishing = [u.name for u in units if u.weight / total == 0.0]
         if vanishing:
             raise ValueError(f"source weight(s) of {vanishing} are too small beside the others to get any share "
                              f"({detail})")
@@ -117,11 +185,26 @@ class MixConfig(BaseModel):
 
     @property
     def weights(self) -> list[float]:
-        total = sum(s.weight for s in self.sources)
-        return [s.weight / total for s in self.sources]
+        """Share of each source in ``sources`` (a source with selections: the sum of its selections' shares)."""
+        per_source = [sum(u.weight for u in s.blend_sources()) for s in self.sources]
+        total = sum(per_source)
+        return [w / total for w in per_source]
+
+    def blend_config(self) -> MixConfig:
+        """The config the blend runs: every selection as a source of its own (``<source>.<selection>``)."""
+        if not any(s.selections for s in self.sources):
+            return self
+        return self.model_copy(update={"sources": [u for s in self.sources for u in s.blend_sources()]})
+
+    def selection_origins(self) -> list[tuple[str, str] | None]:
+        """For each source of :meth:`blend_config`: (source, selection) where it is a selection, else None."""
+        return [(s.name, sel.name) if s.selections else None for s in self.sources for sel in (s.selections or [None])]
 
     def sha256(self) -> str:
         return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+
+
+KNOWN_KEYS = sorted({*MixConfig.model_fields, *SourceConfig.model_fields, *SelectionConfig.model_fields})
 
 
 def _format_error(err: ValidationError, origin: str) -> str:
@@ -131,7 +214,8 @@ def _format_error(err: ValidationError, origin: str) -> str:
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown key (typo?)"
+            close = difflib.get_close_matches(str(e["loc"][-1]), KNOWN_KEYS, n=1)
+            msg = f"unknown key; did you mean {close[0]!r}?" if close else "unknown key (typo?)"
         elif e["type"] == "string_pattern_mismatch":
             msg = f"{e['input']!r}: use only letters, digits, '_', '.' and '-' (it names files and folders)"
         lines.append(f"{loc}: {msg}")

@@ -30,6 +30,7 @@ from cuvee.folders import PLAN, FolderError, bind, claim, clean_stale_tmp, locke
 from cuvee.mixer.blend import greedy_blend
 from cuvee.mixer.config import MixConfig, MixConfigError, load_mix_config
 from cuvee.mixer.indexed import IndexedDataset, IndexedDatasetWriter, dtype_for_vocab
+from cuvee.mixer.selections import selection_summary
 from cuvee.mixer.shuffle import epoch_stream
 from cuvee.mixer.sources import estimate_source, resolve_files, tokenize_source
 from cuvee.mixer.tokenizers import TokenizerMismatchError, load_tokenizer, sha256_file
@@ -59,7 +60,7 @@ class SourcePlan:
 def plan_sources(cfg: MixConfig, available: list[int]) -> list[SourcePlan]:
     """Token targets per source; raises :class:`EpochBudgetError` listing every source that is too small."""
     plans = [
-        SourcePlan(s.name, w, int(round(w * cfg.target_tokens)), a, s.max_epochs)
+        SourcePlan(s.name, w, round(w * cfg.target_tokens), a, s.max_epochs)
         for s, w, a in zip(cfg.sources, cfg.weights, available)
     ]
     short = [p for p in plans if p.epochs > p.max_epochs]
@@ -136,7 +137,7 @@ def _byte_bound(files: list[str], per_byte: int | None) -> int | None:
 
 
 def _need(cfg: MixConfig, i: int) -> int:
-    return int(round(cfg.weights[i] * cfg.target_tokens))
+    return round(cfg.weights[i] * cfg.target_tokens)
 
 
 def _budget_message(cfg: MixConfig, i: int, available: int, what: str, bound: bool = False) -> str:
@@ -390,7 +391,9 @@ def run_mix(
     previous mix wrote into this folder; it never touches a folder cuvee did not create.
     """
     t0 = time.time()
-    cfg = load_mix_config(config_path_or_obj)
+    user_cfg = load_mix_config(config_path_or_obj)
+    cfg = user_cfg.blend_config()  # each selection a source of the blend (config.py)
+    origins = user_cfg.selection_origins()
     tokenizer = _load_tokenizer(cfg)
     files = [resolve_files(s) for s in cfg.sources]  # all missing sources fail before any work
     out = Path(out_dir or cfg.output_dir or f"out/mix/{cfg.name}")
@@ -404,8 +407,8 @@ def run_mix(
         "tokenizer": tokenizer.describe(),
         "blend": "greedy token deficit argmax(w_i*T - c_i) (Megatron rule, in tokens)",
         "shuffle": "per-source, per-epoch LCG bijection over document indices",
-        "config_sha256": cfg.sha256(),
-        "config": cfg.model_dump(mode="json"),
+        "config_sha256": user_cfg.sha256(),
+        "config": user_cfg.model_dump(mode="json"),
     }
 
     if dry_run:
@@ -414,7 +417,8 @@ def run_mix(
         sources = [_source_entry(s, p, sc, None, None, True) for s, p, sc in zip(cfg.sources, plans, scans)]
         for entry, r in zip(sources, ratios):
             entry["chars_per_token"] = round(r, 4)
-        return {**base, "dry_run": True, "output_dir": str(out), "sources": sources}
+        return {**base, "dry_run": True, "output_dir": str(out), "sources": sources,
+                **selection_summary(sources, origins, None)}
 
     _precheck_budget(cfg, files, tokenizer)
     claim(out, "mix", what=WHAT)
@@ -423,7 +427,7 @@ def run_mix(
         _probe_writable(out)
         _prepare_folder(out, cfg, tokenizer, _binding(cfg, tokenizer, files), fresh or overwrite)
         try:
-            manifest = _build(cfg, tokenizer, files, out, dtype, base, keep_cache, t0)
+            manifest = _build(cfg, tokenizer, files, out, dtype, base, keep_cache, t0, origins)
         except BaseException:
             # no half-built mix is left behind for a consumer that globs *.idx; the plan stays, so a rerun
             # of the same config rebuilds here and a fixed config replaces this unfinished attempt
@@ -436,7 +440,8 @@ def run_mix(
     return manifest
 
 
-def _build(cfg: MixConfig, tokenizer, files, out: Path, dtype, base: dict, keep_cache: bool, t0: float) -> dict:
+def _build(cfg: MixConfig, tokenizer, files, out: Path, dtype, base: dict, keep_cache: bool, t0: float,
+           origins: list) -> dict:
     cache_dir = out / CACHE
     cache_dir.mkdir()
     scans: list = [None] * len(cfg.sources)
@@ -463,7 +468,7 @@ def _build(cfg: MixConfig, tokenizer, files, out: Path, dtype, base: dict, keep_
     for i, n in greedy_blend(cfg.weights, cfg.target_tokens, next_document):
         realised[i] += n
     shards = writer.finish()
-    del caches
+    caches.clear()  # drop the memory maps before the cache folder goes
     if not keep_cache:
         _remove_cache(cache_dir)
 
@@ -476,6 +481,7 @@ def _build(cfg: MixConfig, tokenizer, files, out: Path, dtype, base: dict, keep_
         "total_tokens": int(sum(realised)),
         "documents": int(sum(docs_used)),
         "sources": sources,
+        **selection_summary(sources, origins, int(sum(realised))),
         "shards": shards,
         "mix_sha256": mix_hash,
     }

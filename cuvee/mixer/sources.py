@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
 
 from cuvee.mixer.config import MixConfigError, SourceConfig
+from cuvee.mixer.where import matches
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,7 @@ class SourceScan:
     chars: int = 0
     tokens: int = 0  # including one EOS per kept document
     dropped: dict[str, int] = field(default_factory=dict)
+    meta_keys: set[str] = field(default_factory=set)  # metadata keys seen, to name a mistyped where key
 
     def drop(self, reason: str) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
@@ -68,32 +70,6 @@ def file_digest(path: str) -> dict:
     return {"path": path, "bytes": os.path.getsize(path), "sha256": sha256_file(path)}
 
 
-def _matches(value: Any, cond: Any) -> bool:
-    if not isinstance(cond, dict):
-        return value == cond
-    for op, ref in cond.items():
-        if op == "exists":
-            ok = (value is not None) == bool(ref)
-        elif value is None:
-            ok = False
-        elif op == "==":
-            ok = value == ref
-        elif op == "!=":
-            ok = value != ref
-        elif op == "in":
-            ok = value in ref
-        elif op == "not_in":
-            ok = value not in ref
-        else:
-            try:
-                ok = {">": value > ref, ">=": value >= ref, "<": value < ref, "<=": value <= ref}[op]
-            except TypeError:
-                ok = False
-        if not ok:
-            return False
-    return True
-
-
 def select_texts(src: SourceConfig, files: list[str], scan: SourceScan) -> Iterator[str]:
     """Texts of the documents that pass ``where`` and ``min_chars``; the rest are counted in ``scan.dropped``."""
     from cuvee.pipeline.io import iter_documents
@@ -101,7 +77,8 @@ def select_texts(src: SourceConfig, files: list[str], scan: SourceScan) -> Itera
     for doc in iter_documents(files):
         scan.read += 1
         meta = doc.metadata or {}
-        failed = next((k for k, cond in src.where.items() if not _matches(meta.get(k), cond)), None)
+        scan.meta_keys.update(meta)
+        failed = next((k for k, cond in src.where.items() if not matches(meta.get(k), cond)), None)
         if failed is not None:
             scan.drop(f"where_{failed}")
             continue
@@ -115,6 +92,18 @@ def select_texts(src: SourceConfig, files: list[str], scan: SourceScan) -> Itera
         scan.kept += 1
         scan.chars += len(text)
         yield text
+
+
+def where_hint(src: SourceConfig, scan: SourceScan) -> str:
+    """For an empty source: the ``where`` keys no document has, with the closest key documents do have."""
+    import difflib
+
+    notes = []
+    for key in src.where:
+        if key not in scan.meta_keys:
+            close = difflib.get_close_matches(key, sorted(scan.meta_keys), n=1)
+            notes.append(f"no document has metadata {key!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
+    return ("; " + "; ".join(notes)) if notes else ""
 
 
 def _batched(it: Iterator[str], n: int) -> Iterator[list[str]]:
@@ -145,7 +134,7 @@ def tokenize_source(src: SourceConfig, files: list[str], tokenizer, cache_prefix
     if scan.kept == 0:
         raise MixConfigError(
             f"source '{src.name}': no documents left after filtering ({scan.read} read, dropped {scan.dropped}); "
-            f"check paths {src.paths}, where and text_key '{src.text_key}'"
+            f"check paths {src.paths}, where and text_key '{src.text_key}'{where_hint(src, scan)}"
         )
     log.info("source %s: %d/%d documents, %d tokens", src.name, scan.kept, scan.read, scan.tokens)
     return scan
@@ -169,8 +158,9 @@ def estimate_source(src: SourceConfig, files: list[str], tokenizer, sample_chars
                 sampled = sum(len(t) for t in sample)
                 stride *= 2
     if scan.kept == 0:
-        raise MixConfigError(f"source '{src.name}': no documents left after filtering ({scan.read} read, dropped {scan.dropped})")
+        raise MixConfigError(f"source '{src.name}': no documents left after filtering ({scan.read} read, dropped "
+                             f"{scan.dropped}){where_hint(src, scan)}")
     sample_tokens = sum(len(x) for x in tokenizer.encode_batch_numpy(sample))
     chars_per_token = sampled / max(1, sample_tokens)
-    scan.tokens = int(round(scan.chars / chars_per_token)) + scan.kept  # + one EOS per document
+    scan.tokens = round(scan.chars / chars_per_token) + scan.kept  # + one EOS per document
     return scan, chars_per_token
