@@ -141,6 +141,27 @@ def _train(data, positive, negative, text_key, label_key, limit, positive_label,
     click.echo(json.dumps(report, indent=2))
 
 
+def _check_evaluable(ex, label_key: str, positive_label: str, regression: bool, positive_at: float | None) -> None:
+    """Metrics of no rows or of one class are NaN or meaningless: refuse them instead of printing them."""
+    skipped = f" (skipped: {', '.join(f'{k} {v}' for k, v in sorted(ex.skipped.items()))})" if ex.skipped else ""
+    if not len(ex):
+        raise click.ClickException(f"no labelled rows to evaluate{skipped}; labels are read from the "
+                                   f"{label_key!r} field (--label-key)")
+    if regression:  # classes only through --positive-at
+        above = {lab >= positive_at for lab in ex.labels} if positive_at is not None else {True, False}
+        if len(above) < 2:
+            raise click.ClickException(f"only one class present in {len(ex)} labelled rows (every target is "
+                                       f"{'>=' if above.pop() else '<'} --positive-at {positive_at:g}); the binary "
+                                       "metrics need both")
+        return
+    positive = str(positive_label).strip().removeprefix("__label__")
+    n_pos = sum(str(lab) == positive for lab in ex.labels)
+    if n_pos in (0, len(ex)):
+        found = ", ".join(sorted({str(lab) for lab in ex.labels})[:5])
+        raise click.ClickException(f"only one class present in {len(ex)} labelled rows (labels: {found}; positive label "
+                                   f"{positive!r}: {n_pos} rows); precision, recall and ROC-AUC need both classes")
+
+
 @classify.command("eval")
 @click.option("--model", "-m", required=True, help="fastText model file or transformer head folder")
 @_source_options
@@ -152,6 +173,7 @@ def eval_cmd(model, data, positive, negative, text_key, label_key, limit, positi
     kind = _kind_of(model)
     regression = kind == "transformer" and json.loads((Path(model) / "head.json").read_text())["task"] == "regression"
     ex = _examples(data, positive, negative, text_key, label_key, regression, limit)
+    _check_evaluable(ex, label_key, positive_label, regression, positive_at)
     if kind == "fasttext":
         from cuvee.classifiers.fasttext_model import evaluate_fasttext
 
