@@ -139,7 +139,8 @@ def test_bundled_mixes_fit_what_the_demo_writes():
         if cfg.name == "llama3_like":
             assert "not runnable on the bundled sample" in path.read_text()
             continue
-        for s, w in zip(cfg.sources, cfg.weights):
+        blend = cfg.blend_config()  # a source's selections each with their own weight and max_epochs
+        for s, w in zip(blend.sources, blend.weights):
             if s.paths == ["runs/demo/output"]:
                 assert w * cfg.target_tokens <= 0.8 * DEMO_OUTPUT_TOKENS * s.max_epochs, (path.name, s.name)
             else:

@@ -219,3 +219,61 @@ def test_bad_selections_fail_validation_in_one_line(tmp_path, source, match):
 ])
 def test_disjointness_is_proved_only_when_it_holds(a, b, apart):
     assert disjoint(a, b) is apart and disjoint(b, a) is apart
+
+
+EXAMPLE = REPO / "mixes" / "demo_quality_tiers.yaml"
+
+
+def _example_on(output: Path, tmp_path: Path) -> dict:
+    cfg = yaml.safe_load(EXAMPLE.read_text())
+    assert cfg["sources"][0]["paths"] == "runs/demo/output"
+    cfg["sources"][0]["paths"] = str(output)
+    cfg["sources"][1]["paths"] = str(WCXB)
+    return run_mix(cfg, out_dir=tmp_path / "mix")
+
+
+def _check_example(m: dict, documents: list[tuple[float, str]]):
+    high = sum(1 for s, lang in documents if lang == "en" and s >= 0.98)
+    mid = sum(1 for s, lang in documents if lang == "en" and 0.8 <= s < 0.98)
+    entries = {s["name"]: s for s in m["sources"]}
+    assert entries["web.high"]["documents"] == high and entries["web.mid"]["documents"] == mid
+    assert m["selections"]["web"]["documents_left_out"] == len(documents) - high - mid
+    assert 1 < entries["web.high"]["epochs"] <= 4 and entries["web.mid"]["epochs"] <= 2
+    assert abs(entries["curated"]["realised_share"] - 0.73) < 0.02
+
+
+def test_example_mix_on_a_stand_in_demo_output(tmp_path):
+    """mixes/demo_quality_tiers.yaml on a pipeline-format folder scored by the same demo classifier."""
+    from cuvee.classifiers.fasttext_model import FastTextScorer
+    from cuvee.classifiers.quality_stages import DEMO_FASTTEXT
+
+    texts = []
+    with gzip.open(WCXB, "rt") as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("main_content") and len(texts) < 60:
+                texts.append(r["main_content"][:3000])
+            if r.get("without") and len(texts) < 80 and len(texts) % 3 == 0:
+                texts.append("\n".join(w for w in r["without"] if w))
+            if len(texts) >= 80:
+                break
+    scores = FastTextScorer(str(DEMO_FASTTEXT)).score_batch(texts)
+    docs = [(float(s), "en" if i % 10 else "de") for i, s in enumerate(scores)]
+    out = tmp_path / "run" / "output"
+    out.mkdir(parents=True)
+    with gzip.open(out / "00000.jsonl.gz", "wt") as f:
+        for i, (t, (s, lang)) in enumerate(zip(texts, docs)):
+            f.write(json.dumps({"text": t, "id": str(i), "metadata": {"fasttext_quality_score": s, "language": lang}}) + "\n")
+    _check_example(_example_on(out, tmp_path), docs)
+
+
+@pytest.mark.slow
+def test_example_mix_on_what_the_demo_recipe_writes(tmp_path):
+    """The bundled demo recipe, then the example mix on its real output (the thresholds fit what it scores)."""
+    from cuvee.pipeline.io import iter_documents
+    from cuvee.pipeline.runner import run_recipe
+
+    run_recipe(str(REPO / "recipes" / "demo.yaml"), overrides={"run_dir": str(tmp_path / "demo")}, fresh=True)
+    output = tmp_path / "demo" / "output"
+    docs = [(d.metadata["fasttext_quality_score"], d.metadata["language"]) for d in iter_documents(str(output))]
+    _check_example(_example_on(output, tmp_path), docs)
