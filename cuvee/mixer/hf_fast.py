@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from typing import Callable
+from collections.abc import Callable
+
+from cuvee.mixer.parallel_encode import buffer_encoder, private_core
 
 # Hugging Face ByteLevel pre-tokenizer regex (tokenizers/src/pre_tokenizers/byte_level.rs)
 HF_BYTELEVEL_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -48,10 +50,9 @@ def _is_bytelevel(component: dict | None) -> bool:
 
 
 def compile_tokenizer_json(path: str):
-    """``(encode_fn, encoding)`` reproducing the file's ids with tiktoken, or ``None`` when not reproducible."""
-    import tiktoken
-
-    j = json.load(open(path, encoding="utf-8"))
+    """A factory of encoders (``text -> uint32 array``) reproducing the file's ids with tiktoken, or ``None``."""
+    with open(path, encoding="utf-8") as f:
+        j = json.load(f)
     model = j.get("model") or {}
     if model.get("type") != "BPE" or model.get("dropout") or model.get("continuing_subword_prefix") \
             or model.get("end_of_word_suffix") or model.get("byte_fallback"):
@@ -78,46 +79,45 @@ def compile_tokenizer_json(path: str):
         if ia is None or ib is None or ic is None or ic <= last or ic <= ia or ic <= ib:
             return None
         last = ic
-    enc = tiktoken.Encoding(name=f"compiled:{path}", pat_str=HF_BYTELEVEL_PATTERN, mergeable_ranks=ranks, special_tokens={})
     # non-special added tokens are matched in the text (leftmost-longest); special ones are treated as text
     # (cuvee sets encode_special_tokens=True on the HF side so documents cannot inject control tokens)
     literal = {c: a["id"] for c, a in added.items() if not a.get("special")}
-    nfc = norm is not None
+    splitter = None
     if literal:
         splitter = re.compile("(" + "|".join(re.escape(c) for c in sorted(literal, key=len, reverse=True)) + ")")
-    else:
-        splitter = None
-    core = enc._core_bpe
+    nfc = norm is not None
+    name = f"compiled:{path}"
 
-    import numpy as np
+    def make_encode():
+        """A fresh engine (its own CoreBPE): one per thread, see parallel_encode."""
+        import numpy as np
 
-    def encode(text: str):
-        if nfc and not unicodedata.is_normalized("NFC", text):
-            text = unicodedata.normalize("NFC", text)
-        if splitter is None:
-            return np.frombuffer(core.encode_to_tiktoken_buffer(text, set()), dtype=np.uint32)
-        parts = splitter.split(text)
-        if len(parts) == 1:
-            return np.frombuffer(core.encode_to_tiktoken_buffer(text, set()), dtype=np.uint32)
-        out = []
-        for k, p in enumerate(parts):
-            if k & 1:
-                out.append(np.array([literal[p]], dtype=np.uint32))
-            elif p:
-                out.append(np.frombuffer(core.encode_to_tiktoken_buffer(p, set()), dtype=np.uint32))
-        return np.concatenate(out) if out else np.zeros(0, np.uint32)
+        plain = buffer_encoder(private_core(ranks, {}, HF_BYTELEVEL_PATTERN, name))
 
-    return encode, enc
+        def encode(text: str):
+            if nfc and not unicodedata.is_normalized("NFC", text):
+                text = unicodedata.normalize("NFC", text)
+            if splitter is None:
+                return plain(text)
+            parts = splitter.split(text)
+            if len(parts) == 1:
+                return plain(text)
+            out = [np.array([literal[p]], dtype=np.uint32) if k & 1 else plain(p) for k, p in enumerate(parts) if p]
+            return np.concatenate(out) if out else np.zeros(0, np.uint32)
+
+        return encode
+
+    return make_encode
 
 
 def verified_fast_encoder(path: str, hf_encode_batch: Callable, probes: list[str] | None = None):
-    """The compiled encoder if it matches HF on the probe texts, else ``None``."""
-    compiled = compile_tokenizer_json(path)
-    if compiled is None:
+    """The compiled encoder factory if its engine matches HF on the probe texts, else ``None``."""
+    make_encode = compile_tokenizer_json(path)
+    if make_encode is None:
         return None
-    encode, _ = compiled
+    encode = make_encode()
     probes = probes or [PROBE, PROBE.lower(), PROBE * 3]
     for text, ids in zip(probes, hf_encode_batch(probes)):
         if encode(text).tolist() != list(ids):
             return None
-    return encode
+    return make_encode

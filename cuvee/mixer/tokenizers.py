@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Sequence
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -57,7 +58,7 @@ class TokenizerSpec(BaseModel):
         return self
 
     @classmethod
-    def parse(cls, value: "str | dict | TokenizerSpec") -> "TokenizerSpec":
+    def parse(cls, value: str | dict | TokenizerSpec) -> TokenizerSpec:
         """Accept the YAML shorthand: a string is a name, a ``.tiktoken`` file or a ``.json`` file."""
         if isinstance(value, TokenizerSpec):
             return value
@@ -95,7 +96,7 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         return self.encode_batch([text])[0]
 
-    def encode_batch_numpy(self, texts: Sequence[str]) -> list["np.ndarray"]:
+    def encode_batch_numpy(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Token arrays (the mixer's hot path: no Python int lists where the backend can avoid them)."""
         import numpy as np
 
@@ -129,34 +130,32 @@ class Tokenizer:
 class TiktokenTokenizer(Tokenizer):
     kind = "tiktoken"
 
-    def __init__(self, encoding, eos: str, fingerprint: str, num_threads: int | None = None):
+    def __init__(self, encoding, eos: str, fingerprint: str, num_threads: int | None = None,
+                 vocab_size: int | None = None):
+        from cuvee.mixer.parallel_encode import (
+            ParallelEncoder,
+            buffer_encoder,
+            private_core,
+        )
+
         self.enc = encoding
         self.name = encoding.name
         self.num_threads = num_threads or max(1, os.cpu_count() or 1)
         self.eos_id = _tiktoken_token_id(encoding, eos)
-        self.vocab_size = int(encoding.n_vocab)
+        self.vocab_size = int(vocab_size if vocab_size is not None else encoding.n_vocab)
         self.fingerprint = fingerprint
-        self._pool = None
+        ranks, special, pat = encoding._mergeable_ranks, encoding._special_tokens, encoding._pat_str
+        # tiktoken's buffer API skips building a Python list per document; with no allowed specials it equals
+        # encode_ordinary (checked in tests). Each thread encodes on its own CoreBPE (see parallel_encode).
+        self._parallel = ParallelEncoder(lambda: buffer_encoder(private_core(ranks, special, pat, self.name)),
+                                         self.num_threads)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         # encode_ordinary: special-token text inside documents is encoded as plain text, never as a control token
         return self.enc.encode_ordinary_batch(list(texts), num_threads=self.num_threads)
 
-    def _encode_numpy(self, text: str):
-        import numpy as np
-
-        # tiktoken's buffer API skips building a Python list per document; with no allowed specials it equals
-        # encode_ordinary (checked in tests)
-        return np.frombuffer(self.enc._core_bpe.encode_to_tiktoken_buffer(text, set()), dtype=np.uint32)
-
     def encode_batch_numpy(self, texts: Sequence[str]):
-        if self.num_threads <= 1 or len(texts) < 2:
-            return [self._encode_numpy(t) for t in texts]
-        if self._pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="cuvee-tok")
-        return list(self._pool.map(self._encode_numpy, texts))
+        return self._parallel.encode(texts)
 
     def encode(self, text: str) -> list[int]:
         return self.enc.encode_ordinary(text)
@@ -189,30 +188,26 @@ class HFTokenizer(Tokenizer):
         # encode_batch_fast skips offset tracking; older tokenizers lack it
         self._hf_encode = getattr(self.tok, "encode_batch_fast", self.tok.encode_batch)
         self.num_threads = num_threads or max(1, os.cpu_count() or 1)
-        self._pool = None
-        self._fast = None
+        self._parallel = None
         if fast:
             from cuvee.mixer.hf_fast import verified_fast_encoder
+            from cuvee.mixer.parallel_encode import ParallelEncoder
 
-            self._fast = verified_fast_encoder(path, self._hf_encode_ids)
-        self.engine = "tiktoken-compiled" if self._fast else "huggingface"
+            make_encode = verified_fast_encoder(path, self._hf_encode_ids)
+            if make_encode is not None:
+                self._parallel = ParallelEncoder(make_encode, self.num_threads)
+        self.engine = "tiktoken-compiled" if self._parallel else "huggingface"
 
     def _hf_encode_ids(self, texts: Sequence[str]) -> list[list[int]]:
         return [e.ids for e in self._hf_encode(list(texts), add_special_tokens=False)]
 
     def encode_batch_numpy(self, texts: Sequence[str]):
-        if self._fast is None:
+        if self._parallel is None:
             return super().encode_batch_numpy(texts)
-        if self.num_threads <= 1 or len(texts) < 2:
-            return [self._fast(t) for t in texts]
-        if self._pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="cuvee-tok")
-        return list(self._pool.map(self._fast, texts))
+        return self._parallel.encode(texts)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        if self._fast is None:
+        if self._parallel is None:
             return self._hf_encode_ids(texts)
         return [a.tolist() for a in self.encode_batch_numpy(texts)]
 
@@ -267,7 +262,7 @@ def tiktoken_from_ranks(
     return tiktoken.Encoding(name=name, pat_str=pat, mergeable_ranks=mergeable_ranks, special_tokens=special)
 
 
-def load_tokenizer(spec: "str | dict | TokenizerSpec", num_threads: int | None = None) -> Tokenizer:
+def load_tokenizer(spec: str | dict | TokenizerSpec, num_threads: int | None = None) -> Tokenizer:
     """Load a tokenizer from a spec (see :class:`TokenizerSpec`); nothing is downloaded."""
     spec = TokenizerSpec.parse(spec)
     if spec.kind == "huggingface":
@@ -299,8 +294,7 @@ def load_tokenizer(spec: "str | dict | TokenizerSpec", num_threads: int | None =
                 special = {k: int(v) for k, v in meta.get("special_tokens", {}).items()}
         enc = tiktoken_from_ranks(ranks, Path(path).stem, pattern, special)
         fp = _ranks_fingerprint(ranks, special, enc._pat_str)
-        tok = TiktokenTokenizer(enc, spec.eos, fp, num_threads)
         # rank files may have gaps: the id space is max rank + 1
-        tok.vocab_size = max([*ranks.values(), *special.values()]) + 1
+        tok = TiktokenTokenizer(enc, spec.eos, fp, num_threads, vocab_size=max([*ranks.values(), *special.values()]) + 1)
     tok.check(spec)
     return tok
