@@ -31,7 +31,7 @@ def check_where(where: dict, label: str = "") -> dict:
         at = f"{label}.{key}" if label else str(key)
         if isinstance(cond, list):
             # ValueError, not TypeError: pydantic turns only ValueError into a config error
-            raise ValueError(f"{at}: a list is not a value to compare with; write {{in: {cond}}}")  # noqa: TRY004
+            raise ValueError(f"{at}: a list is not a value to compare with; write {{in: {cond}}}")
         if not isinstance(cond, dict):
             continue
         if not cond:
