@@ -51,6 +51,7 @@ class Completion(NamedTuple):
     prompt_tokens: int | None
     completion_tokens: int | None
     retries: int = 0
+    finish_reason: str | None = None  # "stop", "length" (cut by max_tokens), ...; None when the server sent none
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -119,6 +120,12 @@ def _count(usage: dict, key: str) -> int | None:
     return v
 
 
+def finish_reason_of(resp) -> str | None:
+    """``choices[0].finish_reason`` when it is a string (call after :func:`parse_completion` accepted ``resp``)."""
+    reason = resp["choices"][0].get("finish_reason") if isinstance(resp["choices"][0], dict) else None
+    return reason if isinstance(reason, str) else None
+
+
 def parse_completion(resp, chat: bool) -> tuple[str, int | None, int | None]:
     """(text, prompt tokens, completion tokens) of a response; ResponseError when it is not the documented shape."""
     try:
@@ -139,11 +146,13 @@ def parse_completion(resp, chat: bool) -> tuple[str, int | None, int | None]:
 
 
 class HttpLM:
-    """An OpenAI-compatible endpoint (``{endpoint}/chat/completions`` or ``/completions``), temperature 0."""
+    """An OpenAI-compatible endpoint (``{endpoint}/chat/completions`` or ``/completions``); temperature 0 unless
+    asked (``temperature``, ``top_p`` and ``seed`` are sent only when set, for generation such as rephrasing)."""
 
     def __init__(self, endpoint: str, model: str, api: str = "chat", api_key: str | None = None, max_new_tokens: int = 256,
                  timeout: float = 120.0, retries: int = 5, backoff: float = 1.0, concurrency: int = 8,
-                 tokenizer: str | None = None, max_bytes: int = MAX_RESPONSE_BYTES):
+                 tokenizer: str | None = None, max_bytes: int = MAX_RESPONSE_BYTES, temperature: float = 0.0,
+                 top_p: float | None = None, seed: int | None = None):
         if urllib.parse.urlsplit(endpoint).scheme not in ("http", "https"):
             raise AnnotateError(f"--endpoint {endpoint}: give an http:// or https:// URL")
         if timeout <= 0 or max_bytes <= 0:
@@ -153,6 +162,8 @@ class HttpLM:
         self.api = api
         self.api_key = api_key
         self.max_new_tokens = max_new_tokens
+        self.sampling = {"temperature": temperature, **({"top_p": top_p} if top_p is not None else {}),
+                         **({"seed": seed} if seed is not None else {})}
         self.timeout = timeout
         self.max_bytes = max_bytes
         self.policy = RetryPolicy(retries, backoff, max_sleep_s=30.0, transient=lambda e: isinstance(e, _Transient),
@@ -180,7 +191,7 @@ class HttpLM:
         return len(ids), len(self._tok(answer, add_special_tokens=False)["input_ids"])
 
     def complete(self, prompt: str) -> Completion:
-        body = {"model": self.name, "max_tokens": self.max_new_tokens, "temperature": 0.0}
+        body = {"model": self.name, "max_tokens": self.max_new_tokens, **self.sampling}
         if self.api == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
         else:
@@ -192,7 +203,7 @@ class HttpLM:
             raise ResponseError(e.reason, f"{self.url}: {e}") from None
         if pt is None or ct is None:
             pt, ct = self._count_tokens(prompt, text)
-        return Completion(text, pt, ct, retries)
+        return Completion(text, pt, ct, retries, finish_reason_of(resp))
 
     def _attempt(self, data: bytes, headers: dict):
         try:

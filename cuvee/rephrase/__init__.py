@@ -1,0 +1,1 @@
+"""LLM rewriting of documents (``cuvee rephrase``): Nemotron-CC-style synthetic variants as a new mix source."""
