@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import sys
@@ -194,16 +193,45 @@ def eval_cmd(model, data, positive, negative, text_key, label_key, limit, positi
 @click.option("--threshold", type=float, default=None, help="keep documents with score >= threshold")
 @click.option("--top-percent", type=float, default=None, help="keep the top p %% over ALL inputs")
 @click.option("--batch-size", type=int, default=256, show_default=True)
+@click.option("--fresh", is_flag=True, help="replace an output cuvee wrote with another plan (model, inputs, settings)")
 @_one_line
-def apply_cmd(model, inputs, output, name, positive_label, threshold, top_percent, batch_size):
-    """Score documents and write those kept (threshold, corpus top-p %, or all) with the score in metadata."""
+def apply_cmd(model, inputs, output, name, positive_label, threshold, top_percent, batch_size, fresh):
+    """Score documents and write those kept (threshold, corpus top-p %, or all) with the score in metadata.
+
+    The output is cuvee's own file (``<output>.json`` records its plan): a file cuvee did not write is never
+    replaced, nor one written with another plan unless --fresh; it is written under a temporary name, then renamed."""
+    from cuvee.classifiers.outputs import apply_plan, claim_file
     from cuvee.classifiers.quality_stages import resolve_model_path
-    from cuvee.classifiers.scoring import corpus_cutoff, score_key
-    from cuvee.pipeline.io import iter_documents
+    from cuvee.pipeline.io import expand_paths
 
     if threshold is not None and top_percent is not None:
         raise click.UsageError("give --threshold or --top-percent, not both")
     model = resolve_model_path(model)
+    files = expand_paths(list(inputs))
+    if any(os.path.realpath(f) == os.path.realpath(output) for f in files):
+        raise click.ClickException(f"--output {output} is one of the input files; choose another --output")
+    plan = apply_plan(model, files, {"name": name, "positive_label": positive_label, "threshold": threshold,
+                                     "top_percent": top_percent})
+    lock = claim_file(output, plan, fresh, kind="classify-apply", command="classify apply", what="output file")
+    try:
+        _apply(model, files, Path(output), name, positive_label, threshold, top_percent, batch_size, plan)
+    finally:
+        lock.release()
+
+
+def _json_line(doc, metadata: dict) -> str:
+    try:
+        return json.dumps({"text": doc.text, "id": doc.id, "metadata": metadata}, ensure_ascii=False) + "\n"
+    except (TypeError, ValueError) as e:  # a Parquet binary or timestamp column, say
+        raise click.ClickException(f"document {doc.id!r}: its metadata cannot be written as JSON ({e}); "
+                                   "nothing was written") from None
+
+
+def _apply(model, files, output: Path, name, positive_label, threshold, top_percent, batch_size, plan):
+    from cuvee.classifiers.outputs import replacing_text, write_json
+    from cuvee.classifiers.scoring import corpus_cutoff, score_key
+    from cuvee.pipeline.io import iter_documents
+
     if _kind_of(model) == "fasttext":
         from cuvee.classifiers.fasttext_model import FastTextScorer
 
@@ -214,7 +242,7 @@ def apply_cmd(model, inputs, output, name, positive_label, threshold, top_percen
         scorer = TransformerScorer(model, positive_label)
     key = score_key(name)
     docs, scores, batch = [], [], []
-    for doc in iter_documents(list(inputs)):
+    for doc in iter_documents(files):
         batch.append(doc)
         if len(batch) >= batch_size:
             scores.extend(scorer.score_batch([d.text for d in batch]))
@@ -226,16 +254,17 @@ def apply_cmd(model, inputs, output, name, positive_label, threshold, top_percen
     arr = np.asarray(scores, dtype=np.float64)
     cutoff = corpus_cutoff(arr, top_percent) if top_percent is not None else threshold
     kept = 0
-    opener = gzip.open if output.endswith(".gz") else open
-    Path(output).parent.mkdir(parents=True, exist_ok=True)
-    with opener(output, "wt", encoding="utf-8") as f:
+    marker = Path(str(output) + ".json")  # cuvee's: says which plan wrote the output, and whether it is whole
+    with replacing_text(output) as f:
         for doc, s in zip(docs, arr):
             if cutoff is not None and s < cutoff:
                 continue
             kept += 1
-            f.write(json.dumps({"text": doc.text, "id": doc.id, "metadata": {**doc.metadata, key: float(s)}}, ensure_ascii=False) + "\n")
+            f.write(_json_line(doc, {**doc.metadata, key: float(s)}))
+        write_json(marker, {"kind": "classify-apply", "complete": False, "plan": plan})  # the rename comes next
     summary = {"documents": len(docs), "kept": kept, "dropped": len(docs) - kept, "cutoff": cutoff,
-               "score_mean": float(arr.mean()) if len(arr) else None, "output": output}
+               "score_mean": float(arr.mean()) if len(arr) else None, "output": str(output)}
+    write_json(marker, {"kind": "classify-apply", "complete": True, "plan": plan, "summary": summary})
     click.echo(json.dumps(summary, indent=2))
     if not docs:
         click.echo("warning: no documents read", err=True)
