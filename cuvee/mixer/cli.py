@@ -73,7 +73,8 @@ def format_plan(manifest: dict) -> str:
 @click.option("--keep-cache", is_flag=True, help="keep the per-source token caches (<out>/.cache)")
 @click.option("--json", "as_json", is_flag=True, help="print the manifest as JSON instead of the table")
 @click.option("--verify", is_flag=True, help="CONFIG is a mix output folder: re-check its shards against manifest.json")
-def mix(config, out_dir, dry_run, fresh, overwrite, keep_cache, as_json, verify):
+@click.option("-v", "--verbose", is_flag=True, help="also show the mixer's log lines (and the traceback of an error)")
+def mix(config, out_dir, dry_run, fresh, overwrite, keep_cache, as_json, verify, verbose):
     """Build a weighted, tokenized mix from a mix config (mixes/*.yaml).
 
     The output folder is cuvee's own: it is claimed (marker), locked while the mix runs and bound to the
@@ -93,18 +94,34 @@ def mix(config, out_dir, dry_run, fresh, overwrite, keep_cache, as_json, verify)
             _fail(e)
         return
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if verbose:  # as the other commands: phases on the console, log lines only when asked for
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
-        manifest = run_mix(config, out_dir=out_dir, dry_run=dry_run, fresh=fresh or overwrite, keep_cache=keep_cache)
+        manifest = run_mix(config, out_dir=out_dir, dry_run=dry_run, fresh=fresh or overwrite, keep_cache=keep_cache,
+                           progress=lambda line: click.echo(line, err=True))
     except (MixConfigError, TokenizerMismatchError, FolderError, OSError) as e:
         _fail(e)
     if as_json:
         click.echo(json.dumps(manifest, indent=2))
-    else:
-        click.echo(format_plan(manifest))
-        if not dry_run:
-            where = out_dir or manifest["config"]["output_dir"] or f"out/mix/{manifest['name']}"
-            click.echo(f"done in {manifest['timing_s']['total']:.1f} s; manifest: {where}/manifest.json")
+        return
+    click.echo(format_plan(manifest))
+    for line in closing_lines(manifest, config, out_dir, dry_run):
+        click.echo(line)
+
+
+def closing_lines(manifest: dict, config: str, out_dir: str | None, dry_run: bool) -> list[str]:
+    """What was written, and the next command to try (the last line)."""
+    if dry_run:
+        again = f"cuvee mix {config}" + (f" --out {out_dir}" if out_dir else "")
+        return [f"next: {again}   (builds it into {manifest['output_dir']})"]
+    where = out_dir or manifest["config"]["output_dir"] or f"out/mix/{manifest['name']}"
+    shards = manifest["shards"]
+    return [
+        f"wrote {where}/: {len(shards)} shard(s) ({shards[0]['prefix'] if shards else '-'}.bin/.idx ...), "
+        f"{manifest['total_tokens']:,} tokens, manifest.json, in {manifest['timing_s']['total']:.1f} s",
+        f"next: cuvee mix {where} --verify   (re-check the shards), or train on it: "
+        f"cuvee train configs/train/demo_mix.yaml --set 'data.paths=[{where}]'",
+    ]
 
 
 @click.group("tokenizer")

@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -382,8 +383,11 @@ def run_mix(
     overwrite: bool = False,
     keep_cache: bool = False,
     fresh: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> dict:
     """Build the mix; returns the manifest (for ``dry_run``, the plan with estimated tokens, nothing written).
+
+    ``progress`` gets one line per finished phase (each source tokenized, the blend written), for the console.
 
     Every error that can be known up front (config, tokenizer, source paths, an output folder that is not
     writable, foreign, busy or bound to another mix, a weight above even an upper bound of its source) is
@@ -427,7 +431,8 @@ def run_mix(
         _probe_writable(out)
         _prepare_folder(out, cfg, tokenizer, _binding(cfg, tokenizer, files), fresh or overwrite)
         try:
-            manifest = _build(cfg, tokenizer, files, out, dtype, base, keep_cache, t0, origins)
+            manifest = _build(cfg, tokenizer, files, out, dtype, base, keep_cache, t0, origins,
+                              progress or (lambda line: None))
         except BaseException:
             # no half-built mix is left behind for a consumer that globs *.idx; the plan stays, so a rerun
             # of the same config rebuilds here and a fixed config replaces this unfinished attempt
@@ -441,14 +446,17 @@ def run_mix(
 
 
 def _build(cfg: MixConfig, tokenizer, files, out: Path, dtype, base: dict, keep_cache: bool, t0: float,
-           origins: list) -> dict:
+           origins: list, progress: Callable[[str], None]) -> dict:
     cache_dir = out / CACHE
     cache_dir.mkdir()
     scans: list = [None] * len(cfg.sources)
-    for i in _risk_order(cfg, files):
-        src = cfg.sources[i]
+    n_src = len(cfg.sources)
+    for k, i in enumerate(_risk_order(cfg, files), 1):
+        src, t_src = cfg.sources[i], time.time()
         scans[i] = tokenize_source(src, files[i], tokenizer, cache_dir / src.name, dtype, cfg.batch_size)
         _check_source_budget(cfg, i, scans[i].tokens, scans[i].kept)
+        progress(f"tokenize [{k}/{n_src}] {src.name}: {scans[i].kept:,} of {scans[i].read:,} documents, "
+                 f"{scans[i].tokens:,} tokens ({time.time() - t_src:.1f} s)")
     plans = plan_sources(cfg, [sc.tokens for sc in scans])
     t_tok = time.time() - t0
 
@@ -468,6 +476,8 @@ def _build(cfg: MixConfig, tokenizer, files, out: Path, dtype, base: dict, keep_
     for i, n in greedy_blend(cfg.weights, cfg.target_tokens, next_document):
         realised[i] += n
     shards = writer.finish()
+    progress(f"blend: {sum(realised):,} tokens from {n_src} source(s) into {len(shards)} shard(s) "
+             f"({time.time() - t0 - t_tok:.1f} s)")
     caches.clear()  # drop the memory maps before the cache folder goes
     if not keep_cache:
         _remove_cache(cache_dir)
