@@ -33,7 +33,7 @@ def _file_entry(path: str, timeout_s: float | None = None) -> tuple[int | None, 
     """(size, stamp) of one input file; either is None when it cannot be read (recorded as unknown, not guessed)."""
     if "://" not in path:
         try:
-            return _local_entry(path)
+            return local_file_stamp(path)
         except OSError:
             return None, None
     try:
@@ -50,9 +50,10 @@ def _file_entry(path: str, timeout_s: float | None = None) -> tuple[int | None, 
     return (int(size) if size is not None else None), (stamp or None)
 
 
-def _local_entry(path: str) -> tuple[int, dict[str, Any]]:
+def local_file_stamp(path: str) -> tuple[int, dict[str, Any]]:
     """Size, modification time and a SHA-256 of the first and last 64 KiB: a rewrite in place at the same size
-    changes the time, and a copy that keeps the time but not the bytes changes the hash in most cases."""
+    changes the time, and a copy that keeps the time but not the bytes changes the hash in most cases.
+    Public: every command that binds a folder to its input files stamps them this way."""
     import hashlib
 
     with open(path, "rb") as f:
