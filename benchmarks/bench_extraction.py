@@ -11,6 +11,7 @@ WCXB scoring (SOURCE.txt): lower-cased \\w+ bag of words, per-page P/R/F1, macro
 
     python benchmarks/bench_extraction.py [--wcxb] [--data /work/shared/data]
     python benchmarks/bench_extraction.py --overhead     # cost of the per-document time limit itself
+    python benchmarks/bench_extraction.py --wcxb --resiliparse --skip-datatrove   # + extract.extractor: resiliparse
 """
 
 from __future__ import annotations
@@ -66,10 +67,10 @@ def bow_score(gt: dict[str, str], pred: dict[str, str]) -> dict:
 # ------------------------------------------------------------------------------------ systems
 def run_cuvee(warc: Path, **extract_kw) -> tuple[dict[str, str], float, dict]:
     from cuvee.pipeline.readers import make_reader
-    from cuvee.pipeline.stages.extract import TrafilaturaExtract
+    from cuvee.pipeline.stages.extract import ExtractParams, make_extractor
     from cuvee.pipeline.stages.response import ResponseCheck
 
-    reader, check, ex = make_reader(str(warc)), ResponseCheck(), TrafilaturaExtract(**extract_kw)
+    reader, check, ex = make_reader(str(warc)), ResponseCheck(), make_extractor(ExtractParams(**extract_kw))
     t = _cpu()
     out = {d.metadata["url"]: d.text for d in ex.run(check.run(reader.run()))}
     dt = _cpu() - t
@@ -163,6 +164,7 @@ def main() -> None:
     ap.add_argument("--data", default="/work/shared/data")
     ap.add_argument("--wcxb", action="store_true", help="also score the WCXB test split (511 pages)")
     ap.add_argument("--skip-datatrove", action="store_true")
+    ap.add_argument("--resiliparse", action="store_true", help="also score extract.extractor: resiliparse (DCLM's extractor)")
     ap.add_argument("--overhead", action="store_true", help="only measure the per-document cost of the time-limit mechanisms")
     ap.add_argument("--_system", help=argparse.SUPPRESS)
     ap.add_argument("--_warc", help=argparse.SUPPRESS)
@@ -198,6 +200,9 @@ def main() -> None:
     rows.append(("scrapinghub", "cuvee, FineWeb-exact (recipes/fineweb.yaml: deduplicate=True)", scrapinghub_score(gt, by_id(out, url_to_id)), (dt, st)))
     out, dt, st = isolated(run_cuvee, warc, deduplicate=True, fast=True)
     rows.append(("scrapinghub", "cuvee, FineWeb settings + fast=True (no fallback)", scrapinghub_score(gt, by_id(out, url_to_id)), (dt, st)))
+    if args.resiliparse:
+        out, dt, st = isolated(run_cuvee, warc, extractor="resiliparse")
+        rows.append(("scrapinghub", "cuvee, extractor: resiliparse (DCLM, main_content)", scrapinghub_score(gt, by_id(out, url_to_id)), (dt, st)))
     if not args.skip_datatrove:
         out, dt, st = isolated(run_datatrove, warc)
         rows.append(("scrapinghub", "datatrove WarcReader->Trafilatura (FineWeb)", scrapinghub_score(gt, by_id(out, url_to_id)), (dt, st)))
@@ -217,6 +222,11 @@ def main() -> None:
         url_to_id = wrap(wpages, warc)
         out, dt, st = isolated(run_cuvee, warc, deduplicate=True)
         rows.append(("wcxb-test", "cuvee WARC->response_check->extract (FineWeb-exact)", bow_score(gts, by_id(out, url_to_id)), (dt, st)))
+        if args.resiliparse:
+            out, dt, st = isolated(run_cuvee, warc)
+            rows.append(("wcxb-test", "cuvee extract (default)", bow_score(gts, by_id(out, url_to_id)), (dt, st)))
+            out, dt, st = isolated(run_cuvee, warc, extractor="resiliparse")
+            rows.append(("wcxb-test", "cuvee, extractor: resiliparse (DCLM, main_content)", bow_score(gts, by_id(out, url_to_id)), (dt, st)))
         if not args.skip_datatrove:
             out, dt, st = isolated(run_datatrove, warc)
             rows.append(("wcxb-test", "datatrove WarcReader->Trafilatura (FineWeb)", bow_score(gts, by_id(out, url_to_id)), (dt, st)))

@@ -1,0 +1,67 @@
+"""extract with ``extractor: resiliparse`` (DCLM's extractor): real extraction, the same counted guards, and
+trafilatura-only settings refused up front."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from datatrove.data import Document
+
+from cuvee.pipeline.recipe import RecipeError, parse_recipe
+from cuvee.pipeline.registry import BuildContext, get_stage
+from cuvee.pipeline.stages.extract import ExtractParams, ResiliparseExtract, TrafilaturaExtract, make_extractor
+
+PARAS = [
+    "The river valley was settled by farmers who cultivated wheat and barley along the fertile banks for centuries.",
+    "Archaeologists recently uncovered pottery fragments suggesting that trade routes reached far beyond the hills.",
+    "Local historians argue that the old stone bridge, built in the fourteenth century, shaped the town's economy.",
+]
+ARTICLE = (
+    "<html><head><title>History</title></head><body>"
+    "<nav><ul><li><a href='/'>Home</a></li><li><a href='/about'>About us</a></li><li><a href='/shop'>Shop now</a></li></ul></nav>"
+    "<main><article><h1>History of the valley</h1>" + "".join(f"<p>{p}</p>" for p in PARAS) + "</article></main>"
+    "<footer>Copyright 2024 Example Media. All rights reserved.</footer></body></html>"
+)
+
+
+def words(s: str) -> set[str]:
+    return set(re.findall(r"\w+", s.lower()))
+
+
+def stats_of(step):
+    return {k: v.total for k, v in step.stats.stats.items()}
+
+
+def test_resiliparse_extracts_main_content_and_counts_drops():
+    step = make_extractor(ExtractParams(extractor="resiliparse", max_input_chars=5000))
+    assert isinstance(step, ResiliparseExtract)
+    docs = [Document(text=ARTICLE, id="a", metadata={"url": "http://x/a"}),
+            Document(text="<html><body><script>var x = 1;</script></body></html>", id="b", metadata={}),
+            Document(text="<html>" + "<p>big</p>" * 2000 + "</html>", id="c", metadata={}),
+            Document(text="already text", id="d", metadata={"warc_type": "conversion"})]
+    out = {d.id: d.text for d in step.run(docs)}
+    assert sorted(out) == ["a", "d"] and out["d"] == "already text"
+    assert words(" ".join(PARAS)) <= words(out["a"]) and "<p>" not in out["a"]
+    assert "Shop now" not in out["a"]  # main_content=True: navigation left out
+    st = stats_of(step)
+    assert st["total"] == 4 and st["forwarded"] == 2
+    assert st["dropped_empty_extraction"] == 1 and st["dropped_too_large"] == 1
+
+
+def test_extractor_choice_in_a_recipe_and_refusals(tmp_path):
+    spec = get_stage("extract")
+    ctx = BuildContext(run_dir=tmp_path, work_dir=tmp_path / "work", tasks=1, stage_index=0, stage_name="extract")
+    built = spec.build(spec.params(extractor="resiliparse", timeout_s=2), ctx)
+    assert type(built[0]) is ResiliparseExtract and built[0].timeout_s == 2
+    assert type(spec.build(spec.params(), ctx)[0]) is TrafilaturaExtract
+    with pytest.raises(ValueError, match="deduplicate: trafilatura settings, but extractor is resiliparse"):
+        ExtractParams(extractor="resiliparse", deduplicate=True)
+    with pytest.raises(ValueError, match="extractor"):
+        ExtractParams(extractor="justext")
+    recipe = {"name": "r", "run_dir": str(tmp_path / "run"), "input": {"paths": ["data/sample"]},
+              "stages": [{"stage": "extract", "extractor": "resiliparse", "fast": True}]}
+    with pytest.raises(RecipeError, match="fast: trafilatura settings"):
+        parse_recipe(recipe)
+    recipe["stages"][0].pop("fast")
+    assert parse_recipe(recipe)
