@@ -19,7 +19,6 @@ from _faults.common import (
     lock_held,
     rewrite_same_size,
     swap_case_edit,
-    t_after_launch,
     thin,
 )
 from _faults.driver import Scenario
@@ -67,9 +66,7 @@ class AnnotateWatch:
     def __init__(self, out: Path, server):
         self.out = out
         self.server = server
-        self.first_request_at: float | None = None
         self.base = server.requests
-        self.n_at: dict = {}
 
     def lines(self) -> int:
         try:
@@ -88,9 +85,7 @@ class AnnotateWatch:
         return self.server.requests - self.base
 
     def tick(self, t: float) -> None:
-        if self.first_request_at is None and self.requests():
-            self.first_request_at = t
-        self.n_at.setdefault(self.lines(), t)
+        pass
 
     def state(self) -> dict:
         return {"running": f"{self.lines()} records written", "requests": self.requests(),
@@ -107,7 +102,6 @@ class Annotate(Scenario):
         write_docs(tmp / "in" / "docs.jsonl", seed, "d")
         write_docs(tmp / "in" / "other.jsonl", seed + 1, "o")
         self.server = serve(responder=Oracle(), model_name="oracle")
-        self.t_work = (3.0, 6.0)
 
     def close(self) -> None:
         self.server.close()
@@ -132,8 +126,6 @@ class Annotate(Scenario):
         return f"{N_DOCS} documents, sample of {SAMPLE}: {len(recs)} records ({scored} scored), concurrency 2"
 
     def triggers(self, w: AnnotateWatch, n: int, rng: random.Random) -> list:
-        if w.first_request_at is not None:
-            self.t_work = (w.first_request_at, max(w.n_at.values()))
         trig = [
             Trigger("first request received", lambda s, t, ctx: s.requests() > 0),
             Trigger("first records appended", lambda s, t, ctx: s.lines() >= 1),
@@ -142,7 +134,11 @@ class Annotate(Scenario):
             Trigger(f"{SAMPLE - 2} of {SAMPLE} records written (near the end)", lambda s, t, ctx: s.lines() >= SAMPLE - 2),
         ]
         picked = thin(trig, max(1, n - 1))
-        return picked + [t_after_launch(rng.uniform(*self.t_work))] if n > 1 else picked
+        return picked + [self.random_trigger(rng)] if n > 1 else picked
+
+    def random_trigger(self, rng: random.Random) -> Trigger:
+        k = rng.randint(1, SAMPLE - 1)
+        return Trigger(f"{k} records written (random)", lambda s, t, ctx: s.lines() >= k)
 
     def mid_trigger(self, w: AnnotateWatch):
         return Trigger(f"{SAMPLE // 3} records written", lambda s, t, ctx: s.lines() >= SAMPLE // 3)

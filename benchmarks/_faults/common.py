@@ -35,7 +35,7 @@ class Proc:
     """One command started in its own session, so SIGKILL / SIGSTOP reach its worker processes too."""
 
     def __init__(self, argv: list[str], log: Path):
-        self._fh = open(log, "ab")  # noqa: SIM115 - open for the life of the process, closed by poll/finish/kill
+        self._fh = open(log, "ab")
         self._fh.write(f"\n$ {' '.join(map(str, argv))}\n".encode())
         self._fh.flush()
         self.popen = subprocess.Popen(argv, stdout=self._fh, stderr=subprocess.STDOUT, env=env(),
@@ -96,6 +96,17 @@ class Trigger:
 
 def t_after_launch(t_s: float) -> Trigger:
     return Trigger(f"t={t_s:.1f}s after launch", lambda s, t, ctx: t >= t_s)
+
+
+def t_after_bound(t_s: float, plan: str = ".cuvee-plan.json") -> Trigger:
+    """``t_s`` seconds after the folder's plan appeared (the work began): a random point inside the work, not
+    inside the interpreter's start-up, whatever the machine's load. The subject has the folder as ``d`` or ``out``."""
+    def cond(s, t, ctx):
+        if "bound" not in ctx and (getattr(s, "d", None) or s.out).joinpath(plan).exists():
+            ctx["bound"] = t
+        return "bound" in ctx and t - ctx["bound"] >= t_s
+
+    return Trigger(f"{t_s:.2f}s after the plan was bound (random)", cond)
 
 
 def when(label: str, pred) -> Trigger:

@@ -14,7 +14,7 @@ from _faults.common import (
     lock_held,
     rewrite_same_size,
     swap_case_edit,
-    t_after_launch,
+    t_after_bound,
     thin,
 )
 from _faults.driver import Scenario
@@ -65,8 +65,11 @@ class DedupWatch(JobFolder):
         self.start: dict = {}
         self.end: dict = {}
         self.seen: list[str] = []
+        self.bound_at: float | None = None
 
     def tick(self, t: float) -> None:
+        if self.bound_at is None and (self.d / ".cuvee-plan.json").exists():
+            self.bound_at = t
         logs = self.d / "logs"
         if logs.exists():
             for p in sorted(logs.iterdir()):
@@ -85,6 +88,7 @@ class Dedup(Scenario):
         write_docs(tmp / "in_other", seed + 1, "o")
         self.jobs: list = []
         self.dur: dict = {}
+        self.work_s = 5.0
 
     def argv(self, out: Path, inp: Path | None = None) -> list[str]:
         return cuvee("dedup", "run", "minhash_dedup", inp or self.tmp / "in", "-w", out, "--tasks", TASKS,
@@ -102,6 +106,7 @@ class Dedup(Scenario):
         w.tick(0.0)
         self.jobs = list(w.jobs)
         end = max(w.end.values(), default=10.0)
+        bound = w.bound_at if w.bound_at is not None else 0.0
         self.dur = {j: max(0.05, w.end.get(j, end) - w.start.get(j, 0.0)) for j, _k, _t in self.jobs}
         trig = [plan_bound()]
         for name, kind, tasks in self.jobs:
@@ -112,7 +117,11 @@ class Dedup(Scenario):
                 trig.append(job_in(name, 0.5, self.dur[name]))
         trig += [output_appears(1), all_done(self.jobs)]
         picked = thin(trig, max(1, n - 1))
-        return picked + [t_after_launch(rng.uniform(0.5, end))] if n > 1 else picked
+        self.work_s = max(0.1, end - bound)
+        return picked + [self.random_trigger(rng)] if n > 1 else picked
+
+    def random_trigger(self, rng: random.Random):
+        return t_after_bound(rng.uniform(0.0, self.work_s))
 
     def mid_trigger(self, w: DedupWatch):
         mid = self.jobs[len(self.jobs) // 2][0]

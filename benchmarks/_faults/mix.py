@@ -15,7 +15,7 @@ from _faults.common import (
     lock_held,
     rewrite_same_size,
     swap_case_edit,
-    t_after_launch,
+    t_after_bound,
     thin,
 )
 from _faults.driver import Scenario
@@ -102,7 +102,7 @@ class Mix(Scenario):
 
     def triggers(self, w: MixWatch, n: int, rng: random.Random) -> list:
         if w.t_first is not None:
-            self.t_work = (w.t_first, w.t_first + max(0.1, 0.8 * (w.t_last - w.t_first)))
+            self.t_work = (w.t_first, w.t_first + max(0.1, 0.9 * (w.t_last - w.t_first)))
 
         def has(name):
             return lambda s, t, ctx: (s.out / name).exists()
@@ -117,7 +117,10 @@ class Mix(Scenario):
                     or (s.out / "manifest.json").exists()),
         ]
         picked = thin(trig, max(1, n - 1))
-        return picked + [t_after_launch(rng.uniform(*self.t_work))] if n > 1 else picked
+        return picked + [self.random_trigger(rng)] if n > 1 else picked
+
+    def random_trigger(self, rng: random.Random) -> Trigger:
+        return t_after_bound(rng.uniform(0.0, self.t_work[1] - self.t_work[0]))
 
     def mid_trigger(self, w: MixWatch):
         return Trigger("first shard file appears", lambda s, t, ctx: s.shards() >= 1)

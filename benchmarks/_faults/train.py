@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from _faults.common import FileSave, Trigger, cuvee, lock_held, t_after_launch, thin
+from _faults.common import FileSave, Trigger, cuvee, lock_held, thin
 from _faults.driver import Scenario
 
 STEPS = 150
@@ -51,8 +51,6 @@ def train_steps(out: Path) -> list[tuple[int, float]]:
 class TrainWatch:
     def __init__(self, out: Path):
         self.out = out
-        self.t_first: float | None = None
-        self.t_last = 0.0
 
     def step(self) -> int:
         try:
@@ -75,9 +73,7 @@ class TrainWatch:
             return []
 
     def tick(self, t: float) -> None:
-        if self.t_first is None and self.step() >= 1:
-            self.t_first = t
-        self.t_last = t
+        pass
 
     def state(self) -> dict:
         running = (f"step {self.step()} logged" if self.step() else "bound" if (self.out / ".cuvee-plan.json").exists()
@@ -97,7 +93,6 @@ class Train(Scenario):
         build_variant_mix(tmp / "data", "fi", rows[:60], {"clean": 1.0}, seed=seed, max_doc_bytes=800)
         build_variant_mix(tmp / "data_other", "fi", rows[60:120], {"clean": 1.0}, seed=seed, max_doc_bytes=800)
         self.config = write_config(tmp / "train.yaml", tmp / "data")
-        self.t_work = (3.0, 5.0)
 
     def argv(self, out: Path) -> list[str]:
         return cuvee("train", self.config, "--set", f"out_dir={out}")
@@ -111,9 +106,6 @@ class Train(Scenario):
                 f"final loss {steps[-1][1]:.4f}")
 
     def triggers(self, w: TrainWatch, n: int, rng: random.Random) -> list:
-        if w.t_first is not None:
-            self.t_work = (w.t_first, w.t_first + max(0.1, 0.8 * (w.t_last - w.t_first)))
-
         def at(k):
             return lambda s, t, ctx: s.step() >= k
 
@@ -127,7 +119,11 @@ class Train(Scenario):
             Trigger(f"step {STEPS} logged (final checkpoint, exit)", at(STEPS)),
         ]
         picked = thin(trig, max(1, n - 1))
-        return picked + [t_after_launch(rng.uniform(*self.t_work))] if n > 1 else picked
+        return picked + [self.random_trigger(rng)] if n > 1 else picked
+
+    def random_trigger(self, rng: random.Random) -> Trigger:
+        k = rng.randint(2, STEPS - 1)
+        return Trigger(f"step {k} (random)", lambda s, t, ctx: s.step() >= k)
 
     def mid_trigger(self, w: TrainWatch):
         return Trigger(f"step {STEPS // 2}", lambda s, t, ctx: s.step() >= STEPS // 2)
@@ -151,7 +147,7 @@ class Train(Scenario):
             path = self.tmp / "data" / "fi_00000.bin"
             saved = FileSave(path)
             tok = np.frombuffer(saved.data, dtype=np.uint16).copy()
-            tok[1000:3000] = tok[1000:3000][::-1].copy()  # same tokens, other order: same size, valid ids
+            tok = tok[::-1].copy()  # the same tokens in reverse order: same size, valid ids, other text everywhere
             path.write_bytes(tok.tobytes())
             os.utime(path, ns=(saved.times[0], saved.times[1] + 1_000_000_000))
             return saved.restore
