@@ -83,6 +83,29 @@ def test_input_rewritten_at_same_size_is_refused(tmp_path, inputs):
     assert res.exit_code != 0 and "mtime_ns" in res.output
 
 
+def test_input_rewritten_at_same_size_and_mtime_is_refused(tmp_path, inputs):
+    a, _ = inputs
+    work = tmp_path / "w"
+    assert _dedup("exact_dedup", str(a), "-w", str(work)).exit_code == 0
+    st = a.stat()
+    _write(a, ["alpha one two three", "alpha one two three", "BETA four five"])  # same size, other bytes
+    os.utime(a, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the same modification time
+    assert (a.stat().st_size, a.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    res = _dedup("exact_dedup", str(a), "-w", str(work))
+    assert res.exit_code != 0 and "head_tail_sha256" in res.output, res.output
+
+
+def test_yaml_syntax_error_in_a_param_is_one_line_naming_it(tmp_path, inputs):
+    a, _ = inputs
+    work = tmp_path / "w"
+    res = _dedup("minhash_dedup", str(a), "-w", str(work), "-p", "num_bands=[unclosed")
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert lines[0].startswith("Error: Invalid value for '--param num_bands': not valid YAML")
+    assert "unexpected" not in lines[0]
+    assert not work.exists()
+
+
 def test_user_folder_is_never_written(tmp_path, inputs):
     a, _ = inputs
     work = tmp_path / "mine"

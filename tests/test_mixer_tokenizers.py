@@ -1,6 +1,7 @@
 """Tokenizers (tiktoken, HF tokenizer.json on both engines) and the tokenizer tools (train, extend, compression)."""
 
 import gzip
+import os
 import json
 from pathlib import Path
 
@@ -217,3 +218,16 @@ def test_tokenizer_folder_is_bound_to_its_settings_and_input(tmp_path, ru_text):
     assert res.exit_code != 0 and "ru.txt" in res.output
     res = _extend(ru_text, out)  # a train folder is a tokenizer folder too, but bound to another plan
     assert res.exit_code != 0 and "different plan" in res.output
+
+
+def test_tokenizer_input_rewritten_at_same_size_and_mtime_is_refused(tmp_path, ru_text):
+    ext = tmp_path / "ext"
+    assert _extend(ru_text, ext).exit_code == 0
+    st = ru_text.stat()
+    data = ru_text.read_bytes()
+    ru_text.write_bytes(data.replace("о".encode(), "а".encode(), 1))  # one letter for another: same size
+    os.utime(ru_text, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the same modification time
+    assert ru_text.stat().st_size == st.st_size and ru_text.stat().st_mtime_ns == st.st_mtime_ns
+    assert ru_text.read_bytes() != data
+    res = _extend(ru_text, ext)
+    assert res.exit_code != 0 and "ru.txt" in res.output and "head_tail_sha256" in res.output, res.output

@@ -57,14 +57,33 @@ def _param_errors(stage: str, err: ValidationError) -> str:
 def dedup_binding(stage: str, params: dict, files: list[str], tasks: int) -> dict:
     """What decides a dedup work folder's output: stage, validated parameters, task count, input files.
 
-    Input files are bound by path, size and modification time, so a rerun on other or changed input is
-    refused instead of returning the first input's finished output.
+    Input files are bound by path, size, modification time and a hash of their first and last 64 KiB (the
+    run plan's stamp), so a rerun on other or changed input, even rewritten in place at the same size and
+    time, is refused instead of returning the first input's finished output.
     """
+    from cuvee.pipeline.plan import local_file_stamp
+
     inputs = {}
     for f in files:
-        st = Path(f).stat()
-        inputs[str(Path(f).resolve())] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        size, stamp = local_file_stamp(f)
+        inputs[str(Path(f).resolve())] = {"size": size, **stamp}
     return {"stage": stage, "params": params, "tasks": tasks, "inputs": inputs}
+
+
+def _parse_params(param: tuple[str, ...]) -> dict:
+    """``-p key=value`` pairs, each value YAML; a malformed one is one line naming the parameter."""
+    from cuvee.yaml_safe import YamlLoadError, load_yaml
+
+    params = {}
+    for kv in param:
+        if "=" not in kv:
+            raise click.BadParameter(f"{kv!r}: expected key=value", param_hint="--param")
+        k, v = kv.split("=", 1)
+        try:
+            params[k] = load_yaml(v, f"--param {k}")
+        except YamlLoadError as e:  # its message starts with "--param KEY: "
+            raise click.BadParameter(str(e).removeprefix(f"--param {k}: "), param_hint=f"'--param {k}'") from None
+    return params
 
 
 def _readers(files: list[str]) -> list:
@@ -90,9 +109,9 @@ def run(stage: str, inputs: tuple[str], work_dir: str, tasks: int, workers: int,
     """Dedup datatrove-format JSONL/Parquet files (INPUTS: files, folders or globs) with one stage.
 
     The work folder is cuvee's own: claimed (marker), locked while the stage runs and bound to the stage,
-    its parameters, the task count and the input files (paths, sizes, mtimes). A rerun with the same plan
-    resumes; another plan is refused before any work (use --fresh or another -w). A folder holding files
-    cuvee did not create is never written into.
+    its parameters, the task count and the input files (paths, sizes, mtimes, head/tail hashes). A rerun
+    with the same plan resumes; another plan is refused before any work (use --fresh or another -w). A
+    folder holding files cuvee did not create is never written into.
     """
     from cuvee.dedup.local_run import build, executors, merged_counters
     from cuvee.folders import (
@@ -103,14 +122,7 @@ def run(stage: str, inputs: tuple[str], work_dir: str, tasks: int, workers: int,
         empty_owned,
         locked,
     )
-    from cuvee.yaml_safe import load_yaml
-
-    params = {}
-    for kv in param:
-        if "=" not in kv:
-            raise click.BadParameter(f"{kv!r}: expected key=value", param_hint="--param")
-        k, v = kv.split("=", 1)
-        params[k] = load_yaml(v, f"--param {k}")
+    params = _parse_params(param)
     files = _input_files(inputs)
     work = Path(work_dir)
     try:

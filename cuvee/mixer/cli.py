@@ -133,16 +133,18 @@ TOKENIZER_FOLDER = "tokenizer folder"
 
 
 def _input_stats(paths) -> dict:
-    """Path -> size and mtime of every file under ``paths``: a changed or other input changes the plan."""
+    """Path -> stamp (size, mtime, head/tail hash: the run plan's) of every file under ``paths``: a changed or
+    other input changes the plan, also one rewritten in place at the same size and mtime."""
     from cuvee.pipeline.io import expand_paths
+    from cuvee.pipeline.plan import local_file_stamp
 
     files = []
     for p in paths:
         files.extend(expand_paths([str(p)]) if Path(p).is_dir() else [str(p)])
     out = {}
     for f in files:
-        st = Path(f).stat()
-        out[str(Path(f).resolve())] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        size, stamp = local_file_stamp(f)
+        out[str(Path(f).resolve())] = {"size": size, **stamp}
     return out
 
 
