@@ -19,6 +19,7 @@ import threading
 import urllib.parse
 from typing import NamedTuple
 
+from cuvee.classifiers.http_route import ProxyConfigError, proxy_for, route
 from cuvee.pipeline.retry import RetryPolicy
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
@@ -63,10 +64,8 @@ def _retry_after(value: str | None) -> float | None:
 def post_json(url: str, body: bytes, headers: dict, timeout: float, max_bytes: int) -> tuple[int, str | None, bytes]:
     """One POST with a total deadline and a size cap: (status, Retry-After, body bytes).
 
-    A watchdog shuts the socket down at the deadline, so no phase of the exchange can outlive it."""
-    u = urllib.parse.urlsplit(url)
-    conn_cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
-    conn = conn_cls(u.hostname, u.port, timeout=timeout)
+    A watchdog shuts the socket down at the deadline, so no phase of the exchange can outlive it. The request
+    goes through the proxy the environment names for ``url``, as urllib's would (``http_route``)."""
     expired = threading.Event()
     sockets: list = []  # the connection drops its socket once a closing response starts; the watchdog must not
 
@@ -76,16 +75,19 @@ def post_json(url: str, body: bytes, headers: dict, timeout: float, max_bytes: i
             with contextlib.suppress(OSError):  # already closed: nothing left to stop
                 sock.shutdown(socket.SHUT_RDWR)
 
+    def watch(sock):  # the TCP socket, before any CONNECT or TLS handshake on it
+        sockets.append(sock)
+        if expired.is_set():
+            expire()
+
+    conn, target, proxy_headers = route(url, timeout, watch)
     watchdog = threading.Timer(timeout, expire)
     watchdog.daemon = True
     watchdog.start()
     try:
-        path = (u.path or "/") + (f"?{u.query}" if u.query else "")
         conn.connect()
-        sockets.append(conn.sock)
-        if expired.is_set():
-            expire()
-        conn.request("POST", path, body=body, headers=headers)
+        watch(conn.sock)  # the TLS socket wrapping it, for https
+        conn.request("POST", target, body=body, headers={**headers, **proxy_headers})
         resp = conn.getresponse()
         declared = resp.getheader("Content-Length")
         if declared and declared.strip().isdigit() and int(declared) > max_bytes:
@@ -157,6 +159,10 @@ class HttpLM:
             raise AnnotateError(f"--endpoint {endpoint}: give an http:// or https:// URL")
         if timeout <= 0 or max_bytes <= 0:
             raise AnnotateError("--timeout and --max-response-bytes must be positive")
+        try:
+            proxy_for(endpoint)  # a proxy setting it cannot use is refused before any request
+        except ProxyConfigError as e:
+            raise AnnotateError(f"--endpoint {endpoint}: {e}") from None
         self.endpoint = endpoint.rstrip("/")
         self.name = model
         self.api = api
