@@ -39,9 +39,11 @@ Two comparisons, both printed in CPU and in wall time:
   each side are printed beside it.
 
 Every command first runs once on the small corpus, untimed (numba compiles cuvee's kernels on a machine's first
-run; Dolma's files reach the page cache), then the rounds are interleaved.
+run; Dolma's files reach the page cache), then the rounds are interleaved. Dolma's venv (boto3 pinned to the
+release that matches the botocore of dolma's ``s3fs==2023.6.0`` pin; without it pip backtracks through boto3
+releases for many minutes):
 
-    python -m venv /tmp/dolma-venv && /tmp/dolma-venv/bin/pip install dolma
+    python -m venv /tmp/dolma-venv && /tmp/dolma-venv/bin/pip install dolma==1.2.1 boto3==1.26.161
     python benchmarks/bench_dolma.py --dolma /tmp/dolma-venv/bin/dolma --runs 3 --docs 10000 [--whole-job]
 """
 
@@ -264,7 +266,8 @@ def main() -> None:
                     "Dolma's dedupe + mix with the whole cuvee run (dedup operations only)")
     args = ap.parse_args()
     if not Path(args.dolma).exists():
-        sys.exit(f"no {args.dolma}: python -m venv /tmp/dolma-venv && /tmp/dolma-venv/bin/pip install dolma")
+        sys.exit(f"no {args.dolma}: python -m venv /tmp/dolma-venv && "
+                 "/tmp/dolma-venv/bin/pip install dolma==1.2.1 boto3==1.26.161")
     work = Path(tempfile.mkdtemp(prefix="cuvee_bench_dolma_"))
     big, tiny = work / "big", work / "tiny"
     info = build_corpus(big, args.docs)
