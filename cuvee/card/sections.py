@@ -300,7 +300,17 @@ class CardWriter:
                     "benchmark or evaluation sets, so they may contain test items of public benchmarks. "
                     "Decontaminate before evaluating a model trained on this data.\n")
         rows = [[code(st.name), n(st.docs_in), n(st.dropped_total)] for st in ran]
-        return "## Contamination\n\n" + table(["stage", "docs in", "docs removed"], rows) + "\n"
+        lines = ["## Contamination\n", table(["stage", "docs in", "docs removed"], rows)]
+        for rep in self.stats.get("contamination") or []:  # per benchmark, from the decontaminate stage's report
+            bench = [[code(name), n(b.get("items_checked")), n(b.get("too_short")), n(b.get("items_found")),
+                      n(b.get("documents_touched")), code(rep.get("action"))]
+                     for name, b in sorted((rep.get("benchmarks") or {}).items())]
+            lines.append(f"\nStage {code(rep.get('stage'))}: word {n(rep.get('n_grams'))}-grams, an item is found when "
+                         f"{n(rep.get('min_ngrams', 1))} or more of its n-grams occur in a document; items of fewer "
+                         f"than {n(rep.get('n_grams'))} words are too short to test (counted, never matched).\n")
+            lines.append(table(["benchmark", "items checked", "too short", "items found", "documents touched",
+                                "action"], bench))
+        return "\n".join(lines) + "\n"
 
     def scores(self) -> str:
         keys = sorted(k for k, v in self.prof.scores.items() if v)

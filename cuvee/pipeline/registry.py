@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -144,19 +145,22 @@ class StageSpec:
     params: type[StageParams]
     build: Builder
     doc: str
+    # (stats.json key, fn(params, stage_dir, counters) -> dict): a stage's own section of stats.json, one entry
+    # per stage of the recipe, for results that counters cannot sum (e.g. distinct eval items found)
+    report: tuple[str, Callable] | None = None
 
 
 _STAGES: dict[str, StageSpec] = {}
 _loaded = False
 
 
-def register_stage(name: str, params: type[StageParams]):
+def register_stage(name: str, params: type[StageParams], report: tuple[str, Callable] | None = None):
     """Decorator: ``@register_stage("gopher_quality", GopherQualityParams)`` on a builder function."""
 
     def deco(fn: Builder) -> Builder:
         if name in _STAGES and _STAGES[name].build is not fn:
             raise ValueError(f"stage {name!r} registered twice ({_STAGES[name].build.__module__} and {fn.__module__})")
-        _STAGES[name] = StageSpec(name, params, fn, (fn.__doc__ or "").strip())
+        _STAGES[name] = StageSpec(name, params, fn, (fn.__doc__ or "").strip(), report)
         return fn
 
     return deco

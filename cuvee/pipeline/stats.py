@@ -193,6 +193,21 @@ def accounting(g: Gathered, by_reason: dict[str, int], current: int, consistent:
             "by_reason": by_reason, "internal": dict(g.internal), "inputs": inputs}
 
 
+def stage_reports(recipe, run_dir: Path, rows: list[dict]) -> dict[str, list[dict]]:
+    """The sections stages add to stats.json (``register_stage(..., report=(key, fn))``), one entry per stage."""
+    from cuvee.pipeline.compiler import stage_builds
+
+    counters = {r.get("label"): r["counters"] for r in rows}
+    out: dict[str, list[dict]] = {}
+    for sb in stage_builds(recipe, Path(run_dir)):
+        if sb.spec.report is None:
+            continue
+        key, fn = sb.spec.report
+        entry = fn(sb.params, sb.ctx.stage_dir(), counters.get(sb.label, {}))
+        out.setdefault(key, []).append({"stage": sb.label, **entry})
+    return out
+
+
 def output_files(path: str) -> list[str]:
     """The document files under an output folder, local or remote (any fsspec URL, e.g. ``s3://``), sorted."""
     from datatrove.io import get_datafolder
@@ -216,6 +231,7 @@ def collect_stats(jobs: list[Job], recipe, run_dir: Path, started: str | None = 
     g = gather(jobs)
     rows, by_reason, current, consistent = funnel(g, recipe)
     out_path = recipe.output.path or str(Path(run_dir) / "output")
+    reports = stage_reports(recipe, run_dir, rows)
     return {
         "cuvee_version": __version__,
         "recipe_name": recipe.name,
@@ -234,6 +250,7 @@ def collect_stats(jobs: list[Job], recipe, run_dir: Path, started: str | None = 
                    "chars": g.output["chars"], "files": output_files(out_path),
                    "languages": dict(g.output["languages"].most_common()), "routes": dict(g.output["routes"]),
                    "route_by": recipe.output.route_by},
+        **reports,
     }
 
 

@@ -1,0 +1,286 @@
+"""``decontaminate``: find benchmark items in the corpus by shared word n-grams, then drop the document, remove
+the paragraphs holding them, or only annotate.
+
+Why a barrier: the n-gram index of every eval item is built once per run, by one phase task
+(:class:`BuildEvalIndex`), into ``work/NN_decontaminate/index`` as flat arrays; every task of the next segment
+memory-maps that one copy (:class:`Decontaminate`). Matching is :mod:`cuvee.dedup.ngram_match` (13-grams of
+normalised words by default), so an item verbatim inside a long page, split over lines, or with case,
+punctuation and whitespace changed is found; items shorter than n words are counted as too short and never
+match. Counted per benchmark: ``contaminated_<b>`` documents touched and ``matches_<b>`` (document, item)
+pairs; the items found are written per task (``found/<rank>.json``) and summed into ``stats.json``
+(``contamination``) by :func:`contamination_report`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from datatrove.pipeline.base import PipelineStep
+from datatrove.pipeline.filters.base_filter import BaseFilter
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from cuvee.dedup import eval_sets
+from cuvee.dedup.files import AtomicWriter, load_array, rank_file, save_array
+from cuvee.dedup.ngram_match import (
+    DEFAULT_N,
+    NgramIndex,
+    char_spans,
+    read_header,
+    word_ids,
+    word_spans,
+)
+from cuvee.dedup.steps import lean_filter_run
+from cuvee.pipeline.recipe import RecipeError
+from cuvee.pipeline.registry import (
+    Barrier,
+    BuildContext,
+    Phase,
+    StageParams,
+    register_stage,
+)
+
+REASON = "contaminated"
+
+
+def counter_name(name: str) -> str:
+    """A benchmark name as it appears in counter keys: lower snake_case."""
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "eval"
+
+
+class EvalSetParams(BaseModel):
+    """One eval set: a local file (``path``) or an lm-evaluation-harness task (``task``) read from local copies."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = Field(None, description="benchmark name in counters and reports (default: task name or "
+                                               "file stem)")
+    path: str | None = Field(None, description="local JSONL/JSON/Parquet/CSV (optionally .gz), or .txt: one item a line")
+    task: str | None = Field(None, description="lm-eval task name (shipped in cuvee/assets/eval_tasks or under "
+                                               "include_path) or task YAML path; its data files must be local")
+    fields: list[str] | None = Field(None, description="fields joined into an item's text, e.g. [question, choices, "
+                                                       "answer]; a.b for nested, choices[label] for the gold choice "
+                                                       "(default for tasks: the prompt's fields; else every string)")
+    id_field: str | None = Field(None, description="field holding the item id (default: 'id' if present, else the "
+                                                   "row number)")
+    split: str | None = Field(None, description="task split (default: its test_split, else validation_split)")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.path is None) == (self.task is None):
+            raise ValueError("give exactly one of path (a local file) or task (an lm-eval task name)")
+        if self.path is not None and self.split is not None:
+            raise ValueError("split applies to a task, not to a path")
+        return self
+
+
+class DecontaminateParams(StageParams):
+    eval_sets: list[EvalSetParams] = Field(min_length=1, description="the benchmarks to look for")
+    action: Literal["drop", "remove", "annotate"] = Field(
+        "drop", description="drop the document, remove the paragraphs (lines) holding a match, or annotate only")
+    n_grams: int = Field(DEFAULT_N, ge=3, le=100, description="words per n-gram (13: GPT-3's contamination test)")
+    min_ngrams: int = Field(1, ge=1, description="an item is found when this many of its distinct n-grams (or all "
+                                                 "of them, if it has fewer) occur in the document")
+    include_path: list[str] = Field(default_factory=list, description="folders of your own lm-eval task YAMLs")
+    metadata_key: str = Field("contamination", description="metadata key listing the items found in a document "
+                                                           "(JSON: benchmark, item id, character spans)")
+
+    @model_validator(mode="after")
+    def _unique_names(self):
+        names = [counter_name(e.name or Path(e.path or e.task or "").name.split(".")[0]) for e in self.eval_sets]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"eval sets share the name(s) {dup}: give each a distinct name")
+        return self
+
+    def metadata_fields(self) -> dict[str, str]:
+        return {self.metadata_key: "string"}
+
+
+def _stamp(path: str) -> list:
+    st = os.stat(path)
+    return [path, st.st_size, st.st_mtime_ns]
+
+
+class BuildEvalIndex(PipelineStep):
+    """Phase (one task): read every eval set, build the n-gram index, write it under ``folder``."""
+
+    type = "🦠 - DECONT"
+    name = "🦠 eval n-gram index"
+
+    def __init__(self, folder: str | Path, sources: list[eval_sets.Source], n_grams: int):
+        super().__init__()
+        self.folder, self.sources, self.n = Path(folder), sources, n_grams
+
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        if world_size != 1:
+            raise RuntimeError("the eval n-gram index is built by one task")
+        seqs, bench, ids, benchmarks = [], [], [], []
+        with self.track_time():
+            for b, src in enumerate(self.sources):
+                key = counter_name(src.name)
+                unreadable = 0
+                for item_id, text in eval_sets.items(src):
+                    if text is None:
+                        unreadable += 1
+                        continue
+                    seqs.append(word_ids(text))
+                    bench.append(b)
+                    ids.append(item_id)
+                n_items = bench.count(b)
+                too_short = sum(1 for s, bb in zip(seqs, bench) if bb == b and len(s) < self.n)
+                benchmarks.append({"name": src.name, "key": key, "items": n_items, "too_short": too_short,
+                                   "unreadable": unreadable, "files": [_stamp(f) for f in src.files]})
+                self.stat_update(f"items_{key}", value=n_items)
+                self.stat_update(f"too_short_{key}", value=too_short)
+                if unreadable:
+                    self.stat_update(f"unreadable_{key}", value=unreadable)
+            index = NgramIndex.build(seqs, self.n)
+            out = self.folder / "index"
+            save_array(out / "item_bench.u16", np.array(bench, dtype=np.uint16))
+            (out / "item_ids.json").write_text(json.dumps(ids))
+            index.save(out, extra={"benchmarks": benchmarks})
+            self.stat_update("index_builds")
+            self.stat_update("indexed_ngrams", value=len(index.hashes))
+        return
+        yield  # a generator, as datatrove expects
+
+
+class Decontaminate(BaseFilter):
+    """After the index phase: look up every document's n-grams; drop, cut or annotate the ones holding items."""
+
+    type = "🦠 - DECONT"
+    name = "🦠 decontaminate"
+    replays_exactly = True  # a function of the document and the index written before the cut
+
+    def __init__(self, folder: str | Path, action: str, min_ngrams: int, metadata_key: str, exclusion_writer=None):
+        super().__init__(exclusion_writer=exclusion_writer)
+        self.folder, self.action, self.min_ngrams, self.key = Path(folder), action, min_ngrams, metadata_key
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        folder = self.folder / "index"
+        header = read_header(folder)
+        for b in header["benchmarks"]:
+            for path, size, mtime in b["files"]:
+                if not os.path.exists(path) or _stamp(path)[1:] != [size, mtime]:
+                    raise RuntimeError(f"decontaminate: eval set file {path} changed since this run's index was "
+                                       f"built; rerun with --fresh")
+        index = NgramIndex.load(folder, self.min_ngrams)
+        bench = load_array(folder / "item_bench.u16", np.uint16, mmap=True)
+        names = [b["key"] for b in header["benchmarks"]]
+        found: set[int] = set()
+        state = {"index": index, "bench": bench, "names": names, "found": found, "ids": None}
+        self._state = state
+        ok = False
+        try:
+            if self.exclusion_writer:
+                yield from super().run(data, rank, world_size)
+            else:
+                yield from lean_filter_run(self, data, lambda batch: [self.filter(d) for d in batch], batch_size=256)
+            ok = True
+        finally:
+            if ok:
+                with AtomicWriter(rank_file(self.folder / "found", rank, "u32")) as w:
+                    w.write(np.array(sorted(found), dtype=np.uint32))
+
+    def _item_ids(self) -> list[str]:
+        if self._state["ids"] is None:
+            self._state["ids"] = json.loads((self.folder / "index" / "item_ids.json").read_text())
+        return self._state["ids"]
+
+    def filter(self, doc) -> bool | tuple[bool, str]:
+        st = self._state
+        ids, starts, ends = word_spans(doc.text)
+        matches = st["index"].find(ids)
+        if not matches:
+            return True
+        names, item_ids = st["names"], self._item_ids()
+        report, touched = [], {}
+        for m in matches:
+            b = names[int(st["bench"][m.item])]
+            touched[b] = touched.get(b, 0) + 1
+            st["found"].add(m.item)
+            report.append({"benchmark": b, "item": item_ids[m.item], "ngrams": m.grams,
+                           "spans": [list(s) for s in char_spans(m, starts, ends)]})
+        for b, k in touched.items():
+            self.stat_update(f"contaminated_{b}")
+            self.stat_update(f"matches_{b}", value=k)
+        doc.metadata[self.key] = json.dumps(report)
+        if self.action == "drop":
+            return False, REASON
+        if self.action == "remove":
+            kept, removed = remove_lines(doc.text, [s for r in report for s in r["spans"]])
+            self.stat_update("paragraphs_removed", value=removed)
+            self.stat_update("chars_removed", value=len(doc.text) - len(kept))
+            if not word_ids(kept).size:
+                return False, REASON  # nothing but the eval items: nothing left to keep
+            doc.text = kept
+        self.stat_update("documents_" + ("cut" if self.action == "remove" else "annotated"))
+        return True
+
+
+def remove_lines(text: str, spans: list) -> tuple[str, int]:
+    """``text`` without every line (paragraph) that a character span touches, and how many were removed."""
+    lines = text.split("\n")
+    bounds = np.cumsum([0] + [len(x) + 1 for x in lines])  # line i is [bounds[i], bounds[i+1] - 1)
+    drop = np.zeros(len(lines), dtype=bool)
+    for a, b in spans:
+        first = int(np.searchsorted(bounds, a, side="right")) - 1
+        last = int(np.searchsorted(bounds, b - 1, side="right")) - 1
+        drop[first:last + 1] = True
+    removed = int(drop.sum())
+    touched = drop.copy()
+    for i in range(1, len(lines) - 1):  # a removed paragraph between two blank lines leaves one blank line, not two
+        if touched[i] and not touched[i + 1] and not lines[i + 1].strip():
+            j = i
+            while j > 0 and touched[j]:
+                j -= 1
+            if not touched[j] and not lines[j].strip():
+                drop[i + 1] = True
+    return "\n".join(x for x, d in zip(lines, drop) if not d), removed
+
+
+def resolve_sources(p: DecontaminateParams) -> list[eval_sets.Source]:
+    return [eval_sets.resolve(e.name, e.path, e.task, e.fields, e.id_field, e.split, tuple(p.include_path))
+            for e in p.eval_sets]
+
+
+def contamination_report(params: DecontaminateParams, stage_dir: Path, counters: dict) -> dict:
+    """The stage's ``stats.json`` entry: per benchmark items checked, too short, found, documents touched."""
+    folder = Path(stage_dir) / "index"
+    try:
+        header = read_header(folder)
+        bench = load_array(folder / "item_bench.u16", np.uint16)
+    except (OSError, ValueError):
+        return {"action": params.action, "n_grams": params.n_grams, "benchmarks": {}, "complete": False}
+    files = sorted((Path(stage_dir) / "found").glob("*.u32"))
+    found = np.unique(np.concatenate([load_array(f, np.uint32) for f in files])) if files else np.zeros(0, np.uint32)
+    per_bench = np.bincount(bench[found], minlength=len(header["benchmarks"])) if len(found) else None
+    out = {}
+    for i, b in enumerate(header["benchmarks"]):
+        key = b["key"]
+        out[b["name"]] = {"items_checked": b["items"], "too_short": b["too_short"], "unreadable": b["unreadable"],
+                          "items_found": int(per_bench[i]) if per_bench is not None else 0,
+                          "documents_touched": int(counters.get(f"contaminated_{key}", 0)),
+                          "matches": int(counters.get(f"matches_{key}", 0))}
+    return {"action": params.action, "n_grams": params.n_grams, "min_ngrams": params.min_ngrams,
+            "benchmarks": out, "complete": True}
+
+
+@register_stage("decontaminate", DecontaminateParams, report=("contamination", contamination_report))
+def build_decontaminate(p: DecontaminateParams, ctx: BuildContext):
+    """Benchmark decontamination: eval items found by shared word 13-grams; drop, remove paragraphs or annotate."""
+    try:
+        sources = resolve_sources(p)
+    except eval_sets.EvalSetError as e:
+        raise RecipeError(f"stage {ctx.stage_name!r}: {e}") from None
+    folder = ctx.stage_dir()
+    return Barrier(
+        before=[],
+        phases=[Phase("eval_index", [BuildEvalIndex(folder, sources, p.n_grams)], tasks=1)],
+        after=[Decontaminate(folder, p.action, p.min_ngrams, p.metadata_key, ctx.exclusion_writer())],
+    )
