@@ -1,8 +1,8 @@
 """Tokenizers (tiktoken, HF tokenizer.json on both engines) and the tokenizer tools (train, extend, compression)."""
 
 import gzip
-import os
 import json
+import os
 from pathlib import Path
 
 import pytest
