@@ -238,3 +238,22 @@ def test_cli_validate_names_the_problem_in_one_line(tmp_path):
                        text=True, timeout=120)
     assert p.returncode != 0 and "Traceback" not in p.stderr
     assert "task 'no_such_task' has no local task file" in p.stderr
+
+
+def test_fineweb_recipe_example_is_a_valid_stage(tmp_path, monkeypatch):
+    """The commented block in recipes/fineweb.yaml, uncommented: the shipped cloze task builds as is; the
+    early-signal templates without local copies stop in one line naming $CUVEE_EVAL_DATA."""
+    import yaml
+
+    text = (REPO / "recipes" / "fineweb.yaml").read_text()
+    block = text[text.index("  # - stage: decontaminate"):text.index("\noutput:")]
+    stage = yaml.safe_load("\n".join(line.replace("  # ", "  ", 1) for line in block.splitlines()))[0]
+    sets = stage["eval_sets"]
+    assert [e.get("task") for e in sets[:3]] == ["cuvee_wcxb_cloze", "hellaswag_local", "arc_easy_local"]
+    monkeypatch.delenv("CUVEE_EVAL_DATA", raising=False)
+    from cuvee.pipeline.compiler import compile_recipe
+
+    base = {"name": "x", "input": {"paths": ["data/sample"]}, "run_dir": str(tmp_path / "run")}
+    jobs = compile_recipe(parse_recipe({**base, "stages": [{**stage, "eval_sets": sets[:1]}]}))
+    assert [j.name for j in jobs] == ["seg00", "00.decontaminate.eval_index", "seg01"]
+    assert "needs $CUVEE_EVAL_DATA" in _build_error(tmp_path, **{k: v for k, v in stage.items() if k != "stage"})
