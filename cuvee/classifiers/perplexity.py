@@ -42,7 +42,7 @@ from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
 from pydantic import Field, model_validator
 
-from cuvee.classifiers.scoring import CorpusPhaseStep, score_key
+from cuvee.classifiers.scoring import CorpusPhaseStep, save_rank_file, score_key, scored_in_batches
 from cuvee.pipeline.registry import Barrier, BuildContext, Phase, StageParams, register_stage
 
 IGNORE_INDEX = -100
@@ -361,31 +361,13 @@ class PerplexityAnnotator(PipelineStep):
         self.stat_update("batches")
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        batch: list[Document] = []
         scores: list[np.ndarray] = []
         groups: list[str] = []
-        for doc in data or []:
-            self.stat_update("total")
-            batch.append(doc)
-            if len(batch) >= self.batch_size:
-                self._flush(batch, scores, groups)
-                for d in batch:
-                    self.stat_update("forwarded")
-                    yield d
-                batch = []
-        if batch:
-            self._flush(batch, scores, groups)
-            for d in batch:
-                self.stat_update("forwarded")
-                yield d
+        yield from scored_in_batches(self, data, self.batch_size, lambda batch: self._flush(batch, scores, groups))
         if self.scores_dir is not None:
-            out = Path(self.scores_dir)
-            out.mkdir(parents=True, exist_ok=True)
             arr = np.concatenate(scores) if scores else np.zeros(0, dtype=np.float64)
-            tmp = out / f"{rank:05d}.npz.tmp"
-            with open(tmp, "wb") as f:
-                np.savez(f, scores=arr, groups=np.asarray(groups, dtype=str) if self.group_by else np.zeros(0, dtype=str))
-            tmp.rename(out / f"{rank:05d}.npz")
+            labels = np.asarray(groups, dtype=str) if self.group_by else np.zeros(0, dtype=str)
+            save_rank_file(self.scores_dir, f"{rank:05d}.npz", lambda f: np.savez(f, scores=arr, groups=labels))
 
 
 class PercentileBuckets(CorpusPhaseStep):

@@ -14,8 +14,9 @@ is the same three steps around a scorer:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 import numpy as np
 from datatrove.data import Document, DocumentsPipeline
@@ -32,6 +33,39 @@ class Scorer(Protocol):
 def score_key(name: str) -> str:
     """Metadata key for a classifier's score: ``<name>_score`` (ARCHITECTURE.md)."""
     return name if name.endswith("_score") else f"{name}_score"
+
+
+def scored_in_batches(step: PipelineStep, data: DocumentsPipeline, batch_size: int,
+                      flush: Callable[[list[Document]], None]) -> DocumentsPipeline:
+    """Every document of ``data``, each batch of ``batch_size`` passed to ``flush`` (which scores it) before its
+    documents go on; counts ``total`` and ``forwarded`` on ``step``."""
+    batch: list[Document] = []
+    for doc in data or []:
+        step.stat_update("total")
+        batch.append(doc)
+        if len(batch) >= batch_size:
+            flush(batch)
+            yield from _forwarded(step, batch)
+            batch = []
+    if batch:
+        flush(batch)
+        yield from _forwarded(step, batch)
+
+
+def _forwarded(step: PipelineStep, batch: list[Document]) -> DocumentsPipeline:
+    for doc in batch:
+        step.stat_update("forwarded")
+        yield doc
+
+
+def save_rank_file(scores_dir: str, name: str, write: Callable[[BinaryIO], None]) -> None:
+    """``scores_dir/name`` written by ``write`` under a temporary name, then renamed (a phase reads only whole files)."""
+    out = Path(scores_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / f"{name}.tmp"
+    with open(tmp, "wb") as f:
+        write(f)
+    tmp.rename(out / name)
 
 
 class ScoreAnnotator(PipelineStep):
@@ -72,30 +106,11 @@ class ScoreAnnotator(PipelineStep):
         self.stat_update("batches")
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        batch: list[Document] = []
         seen: list[np.ndarray] = []
-        for doc in data or []:
-            self.stat_update("total")
-            batch.append(doc)
-            if len(batch) >= self.batch_size:
-                self._flush(batch, seen)
-                for d in batch:
-                    self.stat_update("forwarded")
-                    yield d
-                batch = []
-        if batch:
-            self._flush(batch, seen)
-            for d in batch:
-                self.stat_update("forwarded")
-                yield d
+        yield from scored_in_batches(self, data, self.batch_size, lambda batch: self._flush(batch, seen))
         if self.scores_dir is not None:
-            out = Path(self.scores_dir)
-            out.mkdir(parents=True, exist_ok=True)
             arr = np.concatenate(seen) if seen else np.zeros(0, dtype=np.float32)
-            tmp = out / f"{rank:05d}.npy.tmp"
-            with open(tmp, "wb") as f:
-                np.save(f, arr)
-            tmp.rename(out / f"{rank:05d}.npy")
+            save_rank_file(self.scores_dir, f"{rank:05d}.npy", lambda f: np.save(f, arr))
 
 
 def corpus_cutoff(scores: np.ndarray, top_percent: float) -> float:
