@@ -18,9 +18,8 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from pydantic import Field
 
 from cuvee.dedup.keyed import FindKeyDuplicates, KeyRecorder
-from cuvee.dedup.steps import DropListed, lean_filter_run
 from cuvee.dedup.native_exact import normalized_batch
-from cuvee.pipeline.recipe import RecipeError
+from cuvee.dedup.steps import DropListed, check_one_pass_recipe, check_one_pass_run, lean_filter_run
 from cuvee.pipeline.registry import Barrier, BuildContext, Phase, StageParams, register_stage
 
 _MASK64 = (1 << 64) - 1
@@ -76,9 +75,7 @@ class OnePassExactDedup(BaseFilter):
         self._seen: set[int] = set()
 
     def run(self, data, rank: int = 0, world_size: int = 1):
-        if world_size != 1:
-            raise RuntimeError(f"exact_dedup one_pass needs one task, this run has {world_size}: set one_pass: false "
-                               "(the default) to deduplicate across tasks")
+        check_one_pass_run("exact_dedup", world_size)
         self._seen = set()
         if self.exclusion_writer:
             yield from super().run(data, rank, world_size)
@@ -109,9 +106,7 @@ class OnePassExactDedup(BaseFilter):
 def build_exact_dedup(p: ExactDedupParams, ctx: BuildContext):
     """Exact dedup on a 128-bit hash of the normalised text; keeps the first copy."""
     if p.one_pass:
-        if ctx.tasks != 1:
-            raise RecipeError(f"stage {ctx.stage_name!r}: one_pass needs executor.tasks: 1 (this recipe has "
-                              f"{ctx.tasks}); leave one_pass out to deduplicate across tasks")
+        check_one_pass_recipe(ctx)
         return [OnePassExactDedup(p.memory_budget_mb, exclusion_writer=ctx.exclusion_writer())]
     folder = ctx.stage_dir()
     return Barrier(

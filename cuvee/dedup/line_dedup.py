@@ -33,9 +33,8 @@ from cuvee.dedup.files import AtomicWriter, PositionTracker, load_array, rank_fi
 from cuvee.dedup.line_counts import LineCountTable
 from cuvee.dedup.native_lines import line_hashes_of
 from cuvee.dedup.spill import chunk_records, key_partitions
-from cuvee.dedup.steps import RecordingStep, lean_filter_run
+from cuvee.dedup.steps import RecordingStep, check_one_pass_recipe, check_one_pass_run, lean_filter_run
 from cuvee.dedup.text import WORD_RE
-from cuvee.pipeline.recipe import RecipeError
 from cuvee.pipeline.registry import Barrier, BuildContext, Phase, StageParams, register_stage
 
 HASH_RECORD = np.dtype([("h", "<u8")])
@@ -323,9 +322,7 @@ class OnePassLineDedup(BaseFilter):
         self.budget_mb = memory_budget_mb
 
     def run(self, data, rank: int = 0, world_size: int = 1):
-        if world_size != 1:
-            raise RuntimeError(f"line_dedup one_pass needs one task, this run has {world_size}: set one_pass: false "
-                               "(the default) to deduplicate across tasks")
+        check_one_pass_run("line_dedup", world_size)
         self._table = LineCountTable(self.k - 1, self.per_document, self.budget_mb * 2**20)
         self._pos = self._distinct = 0
         if self.exclusion_writer:
@@ -370,9 +367,7 @@ class OnePassLineDedup(BaseFilter):
 def build_line_dedup(p: LineDedupParams, ctx: BuildContext):
     """CCNet / Llama 3 line dedup: remove lines seen in >= k documents of each bucket of N documents."""
     if p.one_pass:
-        if ctx.tasks != 1:
-            raise RecipeError(f"stage {ctx.stage_name!r}: one_pass needs executor.tasks: 1 (this recipe has "
-                              f"{ctx.tasks}); leave one_pass out to deduplicate across tasks")
+        check_one_pass_recipe(ctx)
         return [OnePassLineDedup(p.bucket_size, p.min_occurrences, p.count_per_document, p.min_words,
                                  p.memory_budget_mb, ctx.exclusion_writer())]
     folder = ctx.stage_dir()

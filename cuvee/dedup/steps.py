@@ -1,4 +1,5 @@
-"""Pipeline steps shared by the dedup stages: the recording pass-through base and the drop filter."""
+"""Pipeline steps shared by the dedup stages: the recording pass-through base, the drop filter, and the
+checks that a ``one_pass`` stage (its table lives in one process) runs as one task."""
 
 from __future__ import annotations
 
@@ -12,6 +13,21 @@ from datatrove.utils.batching import batched
 
 from cuvee.dedup.files import AtomicWriter, PositionTracker, id_check, load_array, rank_file
 from cuvee.pipeline.doc_stats import add_length_stats
+from cuvee.pipeline.recipe import RecipeError
+
+
+def check_one_pass_recipe(ctx) -> None:
+    """At build: a ``one_pass`` stage refuses a recipe with more than one task (``ctx``: its BuildContext)."""
+    if ctx.tasks != 1:
+        raise RecipeError(f"stage {ctx.stage_name!r}: one_pass needs executor.tasks: 1 (this recipe has "
+                          f"{ctx.tasks}); leave one_pass out to deduplicate across tasks")
+
+
+def check_one_pass_run(stage: str, world_size: int) -> None:
+    """At run: the same refusal for a step started in more than one task by something other than a recipe."""
+    if world_size != 1:
+        raise RuntimeError(f"{stage} one_pass needs one task, this run has {world_size}: set one_pass: false "
+                           "(the default) to deduplicate across tasks")
 
 
 class RecordingStep(PipelineStep):
