@@ -303,28 +303,17 @@ def _record_digest(url: str, date: str, block: bytes) -> str:
     return h.hexdigest()
 
 
-def make_reader(
-    data_folder: str,
-    glob_pattern: str | None = None,
-    fmt: str = "auto",
-    limit: int = -1,
-    max_record_bytes: int = 10_000_000,
-    skip: int = 0,
-    retries: int = 5,
-    backoff_s: float = 1.0,
-    timeout_s: float | None = None,
-):
+def make_reader(data_folder: str, glob_pattern: str | None = None, fmt: str = "auto", **options) -> CommonCrawlReader:
     """A datatrove reader step for one input entry: a folder (+ optional glob), a single file, a glob, or an fsspec URL.
 
     ``data_folder`` may itself be a file or contain glob characters when ``glob_pattern`` is None: it is then
     split with :func:`split_input_path` (``runs/cc/*.warc.gz`` -> folder ``runs/cc``, glob ``*.warc.gz``).
     ``fmt`` is one of auto, warc, arc, wet (wet is read as WARC; its ``conversion`` records are text).
-    ``timeout_s`` bounds each connect and read of a remote file (:func:`cuvee.pipeline.remote.timeout_options`).
+    ``options`` are :class:`CommonCrawlReader`'s (``limit``, ``skip``, ``max_record_bytes``, ``retries``, ``backoff_s``,
+    ``timeout_s``: each connect and read of a remote file gives up after it, :func:`cuvee.pipeline.remote.timeout_options`).
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown input format {fmt!r}; expected one of {', '.join(FORMATS)}")
     if glob_pattern is None:
         data_folder, glob_pattern = split_input_path(str(data_folder))
-    return CommonCrawlReader(data_folder, glob_pattern=glob_pattern, fmt=fmt, limit=limit, skip=skip,
-                             max_record_bytes=max_record_bytes, retries=retries, backoff_s=backoff_s,
-                             timeout_s=timeout_s)
+    return CommonCrawlReader(data_folder, glob_pattern=glob_pattern, fmt=fmt, **options)
