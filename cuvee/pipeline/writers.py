@@ -221,7 +221,19 @@ def exclusion_writer(path: str):
     return CuveeJsonlWriter(path, output_filename="${rank}.jsonl.gz", adapter=_jsonl_adapter)
 
 
-class IntermediateWriter(PipelineStep):
+class _RankFiles(PipelineStep):
+    """The one file per rank between segments, ``<folder>/<rank>.jsonl``, read and written in batches."""
+
+    def __init__(self, folder: Path, batch_size: int = 1024):
+        super().__init__()
+        self.folder = Path(folder)
+        self.batch_size = batch_size
+
+    def rank_file(self, rank: int) -> Path:
+        return self.folder / f"{rank:05d}.jsonl"
+
+
+class IntermediateWriter(_RankFiles):
     """Between segments: ``<folder>/<rank>.jsonl``, one file per rank, so the next segment's rank r reads
     exactly what rank r wrote. Uncompressed orjson lines written per batch and renamed into place when
     complete: these files live for one run, and gzip plus per-document bookkeeping cost as much as a
@@ -229,11 +241,6 @@ class IntermediateWriter(PipelineStep):
 
     name = "💾 intermediate writer"
     type = "💽 - WRITER"
-
-    def __init__(self, folder: Path, batch_size: int = 1024):
-        super().__init__()
-        self.folder = Path(folder)
-        self.batch_size = batch_size
 
     def run(self, data, rank: int = 0, world_size: int = 1):
         import orjson
@@ -247,22 +254,17 @@ class IntermediateWriter(PipelineStep):
                     f.write(b"".join(orjson.dumps({"text": d.text, "id": str(d.id), "metadata": clean_metadata(d.metadata)})
                                      + b"\n" for d in batch))
                 self.stat_update("total", value=len(batch))
-        tmp.replace(self.folder / f"{rank:05d}.jsonl")
+        tmp.replace(self.rank_file(rank))
         return
         yield
 
 
-class RankFileReader(PipelineStep):
+class RankFileReader(_RankFiles):
     """Reads back exactly ``<folder>/<rank>.jsonl`` (datatrove's readers shard by sorted file list, which
     shifts files between ranks when a rank wrote nothing, and skip empty texts)."""
 
     name = "🔁 intermediate reader"
     type = "📖 - READER"
-
-    def __init__(self, folder: Path, batch_size: int = 1024):
-        super().__init__()
-        self.folder = Path(folder)
-        self.batch_size = batch_size
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         import orjson
@@ -270,7 +272,7 @@ class RankFileReader(PipelineStep):
 
         if data:
             yield from data
-        path = self.folder / f"{rank:05d}.jsonl"
+        path = self.rank_file(rank)
         if not path.exists():
             return
         with open(path, "rb") as f:
