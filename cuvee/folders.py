@@ -298,3 +298,17 @@ def clean_stale_tmp(folder: str | Path) -> int:
             except OSError:
                 pass
     return n
+
+
+@contextmanager
+def owned(folder: str | Path, kind: str, binding: dict[str, Any], *, fresh: bool = False, what: str = "folder",
+          fresh_hint: str = "--fresh") -> Iterator[Path]:
+    """The preamble of every command that writes its own folder, in one place: claim ``folder`` as ``kind``,
+    hold its lock, empty it first when ``fresh``, bind it to ``binding`` and remove what a killed run left."""
+    folder = claim(folder, kind, what=what)
+    with locked(folder, what):
+        if fresh:
+            empty_owned(folder, kind, what=what)
+        bind(folder, binding, what=what, fresh_hint=fresh_hint)
+        clean_stale_tmp(folder)
+        yield folder

@@ -114,14 +114,7 @@ def run(stage: str, inputs: tuple[str], work_dir: str, tasks: int, workers: int,
     folder holding files cuvee did not create is never written into.
     """
     from cuvee.dedup.local_run import build, executors, merged_counters
-    from cuvee.folders import (
-        FolderError,
-        bind,
-        claim,
-        clean_stale_tmp,
-        empty_owned,
-        locked,
-    )
+    from cuvee.folders import FolderError, owned
     params = _parse_params(param)
     files = _input_files(inputs)
     work = Path(work_dir)
@@ -135,12 +128,7 @@ def run(stage: str, inputs: tuple[str], work_dir: str, tasks: int, workers: int,
     binding = dedup_binding(stage, resolved, files, tasks)
     what = "dedup work folder"
     try:
-        claim(work, "dedup", what=what)
-        with locked(work, what):
-            if fresh:
-                empty_owned(work, "dedup", what=what)
-            bind(work, binding, what=what, fresh_hint="--fresh")
-            clean_stale_tmp(work)
+        with owned(work, "dedup", binding, fresh=fresh, what=what):
             executors(barrier, _readers(files), work, tasks, workers)[-1].run()
     except FolderError as e:
         raise click.ClickException(str(e)) from None

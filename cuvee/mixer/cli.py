@@ -154,14 +154,9 @@ def _tokenizer_folder(out: Path, binding: dict, fresh: bool):
 
     A folder holding files cuvee did not write, or a tokenizer trained with other settings or input, is refused
     before any training: nothing a user put there is ever overwritten."""
-    from cuvee.folders import bind, claim, clean_stale_tmp, empty_owned, locked
+    from cuvee.folders import owned
 
-    claim(out, "tokenizer", what=TOKENIZER_FOLDER)
-    with locked(out, TOKENIZER_FOLDER):
-        if fresh:
-            empty_owned(out, "tokenizer", what=TOKENIZER_FOLDER)
-        bind(out, binding, what=TOKENIZER_FOLDER, fresh_hint="--fresh")
-        clean_stale_tmp(out)
+    with owned(out, "tokenizer", binding, fresh=fresh, what=TOKENIZER_FOLDER):
         yield out
 
 
