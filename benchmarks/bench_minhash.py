@@ -89,8 +89,13 @@ def run_cuvee(corpus_file: Path, backend: str) -> tuple[float, set[str], dict]:
 
 def run_datatrove(corpus_file: Path) -> tuple[float, set[str], dict]:
     from datatrove.executor import LocalPipelineExecutor
-    from datatrove.pipeline.dedup.minhash import (MinhashConfig, MinhashDedupBuckets, MinhashDedupCluster,
-                                                  MinhashDedupFilter, MinhashDedupSignature)
+    from datatrove.pipeline.dedup.minhash import (
+        MinhashConfig,
+        MinhashDedupBuckets,
+        MinhashDedupCluster,
+        MinhashDedupFilter,
+        MinhashDedupSignature,
+    )
     from datatrove.pipeline.readers import JsonlReader
     from datatrove.utils.hashing import HashConfig
 
@@ -99,7 +104,9 @@ def run_datatrove(corpus_file: Path) -> tuple[float, set[str], dict]:
     work = OUT / "datatrove"
     shutil.rmtree(work, ignore_errors=True)
     cfg = MinhashConfig(hash_config=HashConfig(precision=64), num_buckets=14, hashes_per_bucket=8, n_grams=5)
-    reader = lambda: JsonlReader(str(corpus_file.parent), glob_pattern=corpus_file.name)
+    def reader():
+        return JsonlReader(str(corpus_file.parent), glob_pattern=corpus_file.name)
+
     times = {}
     stages = [
         ("signatures", [reader(), MinhashDedupSignature(str(work / "sigs"), config=cfg)], 1),

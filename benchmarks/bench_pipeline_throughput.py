@@ -238,7 +238,12 @@ def datatrove_fineweb(inp: Path, out: Path, timeout: float = 1.0) -> list:
     its extractor's wall-clock limit (the example's 1 s unless --timeouts says otherwise)."""
     from datatrove.pipeline.extractors import Trafilatura
     from datatrove.pipeline.filters import (
-        C4QualityFilter, FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter, LanguageFilter, URLFilter,
+        C4QualityFilter,
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+        LanguageFilter,
+        URLFilter,
     )
     from datatrove.pipeline.readers import WarcReader
     from datatrove.pipeline.writers import JsonlWriter
