@@ -27,7 +27,7 @@ def data(tmp_path):
 
 def train(data, out, *extra):
     return CliRunner().invoke(classify, ["train", "--data", str(data), "-o", str(out), "--epoch", "2", "--dim", "8",
-                                         "--bucket", "5000", "--threads", "1", *map(str, extra)])
+                                         "--bucket", "100000", "--threads", "1", *map(str, extra)])
 
 
 def one_line(res):
