@@ -32,7 +32,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cuvee.dedup.ngram_match import NgramIndex, word_ids  # noqa: E402
+from cuvee.dedup.ngram_match import NgramIndex, word_ids
 
 CLOZE = REPO / "cuvee" / "assets" / "eval_tasks" / "cuvee_wcxb_cloze.jsonl"
 WCXB = REPO / "data" / "curated" / "wcxb_dev_main_content.jsonl.gz"
