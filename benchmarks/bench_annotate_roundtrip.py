@@ -38,9 +38,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cuvee.classifiers.annotate import load_prompt  # noqa: E402
-from cuvee.classifiers.llm_server import KeyedResponder, serve  # noqa: E402
-from cuvee.train.demo_data import load_wcxb  # noqa: E402
+from cuvee.classifiers.annotate import load_prompt
+from cuvee.classifiers.llm_server import KeyedResponder, serve
+from cuvee.train.demo_data import load_wcxb
 
 
 def _h(s: str) -> float:

@@ -57,7 +57,8 @@ def bench_fasttext(texts: list[str], repeat: int = 3) -> list[tuple]:
     from cuvee.classifiers.quality_stages import DEMO_FASTTEXT
     from cuvee.classifiers.scoring import ScoreAnnotator, ScoreThresholdFilter
 
-    docs = lambda: [Document(text=t, id=str(i)) for i, t in enumerate(texts)]  # noqa: E731
+    def docs():
+        return [Document(text=t, id=str(i)) for i, t in enumerate(texts)]
 
     def ours():
         ann = ScoreAnnotator(FastTextScorer(DEMO_FASTTEXT), "q_score", batch_size=256)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._neardup_eval import lingua_sentences, real_page_texts  # noqa: E402
+from benchmarks._neardup_eval import lingua_sentences, real_page_texts
 
 OUT = Path(__file__).resolve().parent / "out" / "memory"
 

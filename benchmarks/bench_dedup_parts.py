@@ -31,13 +31,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from datatrove.utils.logging import logger  # noqa: E402
+from datatrove.utils.logging import logger
 
-from cuvee.dedup.exact_dedup import OnePassExactDedup, TextKeyer  # noqa: E402
-from cuvee.dedup.keyed import FindKeyDuplicates, KeyRecorder  # noqa: E402
-from cuvee.dedup.line_dedup import CountFrequentLines, LineDedupFilter, LineHashRecorder, OnePassLineDedup  # noqa: E402
-from cuvee.dedup.steps import DropListed  # noqa: E402
-from cuvee.pipeline.readers import PlannedJsonlReader  # noqa: E402
+from cuvee.dedup.exact_dedup import OnePassExactDedup, TextKeyer
+from cuvee.dedup.keyed import FindKeyDuplicates, KeyRecorder
+from cuvee.dedup.line_dedup import CountFrequentLines, LineDedupFilter, LineHashRecorder, OnePassLineDedup
+from cuvee.dedup.steps import DropListed
+from cuvee.pipeline.readers import PlannedJsonlReader
 
 logger.remove()  # one "Reading input file" line per part and round otherwise
 
@@ -97,7 +97,7 @@ def main() -> None:
     print(f"# {time.strftime('%Y-%m-%d %H:%M')} corpus {info}; runs={args.runs}; "
           f"load {open('/proc/loadavg').read().split()[:3]}", flush=True)
     rounds = []
-    for r in range(args.runs):
+    for _ in range(args.runs):
         rounds.append({k: cpu(fn) for k, fn in parts.items()})
     n = info["documents"]
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import random
 import shutil
 import statistics
@@ -29,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
-from _child import run_child  # noqa: E402
+from _child import run_child
 
 CONFIGS = {
     "exact_dedup": [{"stage": "exact_dedup", "memory_budget_mb": 512}],

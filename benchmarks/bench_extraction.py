@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _warcgen import Page, write_warc  # noqa: E402
+from _warcgen import Page, write_warc
 
 WORD = re.compile(r"\w+")
 
@@ -135,7 +135,10 @@ def timeout_overhead(n: int = 300) -> list[tuple[str, float]]:
     from cuvee.pipeline.stages.extract import TrafilaturaExtract
 
     html = "<html><body><article>" + "<p>Short page number {i} with a sentence of ordinary English text.</p>" * 3 + "</article></body></html>"
-    docs = lambda: (Document(text=html.format(i=i), id=str(i)) for i in range(n))  # noqa: E731
+
+    def docs():
+        return (Document(text=html.format(i=i), id=str(i)) for i in range(n))
+
     out = []
     sum(1 for _ in TrafilaturaExtract(deduplicate=False).run(docs()))  # warm-up: imports, lxml, caches
     for name, make in (("cuvee extract, no timer (timeout 1e9 s)", lambda: TrafilaturaExtract(timeout_s=1e9, deduplicate=False)),

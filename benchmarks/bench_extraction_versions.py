@@ -128,7 +128,7 @@ def main() -> None:
         res = {name: {"cpu": [], "startup": [], "texts": None} for name, _, _ in systems}
         for r in range(args.runs):
             for name, py, system in systems:
-                of = tmp / f"out.json"
+                of = tmp / "out.json"
                 subprocess.run([py, __file__, "--_worker", str(pf), system, str(of)], check=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 o = json.loads(of.read_text())
@@ -139,7 +139,7 @@ def main() -> None:
                 res[name]["texts"] = o["texts"]
         base = statistics.median(res[systems[0][0]]["cpu"])
         print(f"\n{bench} ({len(pages)} pages)")
-        print(f"| system | trafilatura | F1 | P | R | CPU ms/doc median [min-max] | vs 1.11 | start-up s median | pages with pipe rows |")
+        print("| system | trafilatura | F1 | P | R | CPU ms/doc median [min-max] | vs 1.11 | start-up s median | pages with pipe rows |")
         print("|---|---|---|---|---|---|---|---|---|")
         for name, _, _ in systems:
             s = score(res[name]["texts"])

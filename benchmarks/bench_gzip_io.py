@@ -30,12 +30,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-import xxhash  # noqa: E402
-from isal import igzip  # noqa: E402
+import xxhash
+from isal import igzip
 
-from cuvee.dedup.exact_dedup import text_digests  # noqa: E402
-from cuvee.dedup.text import normalize_text  # noqa: E402
-from cuvee.pipeline.fastgzip import WRITE_LEVEL  # noqa: E402
+from cuvee.dedup.exact_dedup import text_digests
+from cuvee.dedup.text import normalize_text
+from cuvee.pipeline.fastgzip import WRITE_LEVEL
 
 
 def cpu(fn) -> float:

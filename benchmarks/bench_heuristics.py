@@ -19,11 +19,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from datatrove.data import Document  # noqa: E402
-from datatrove.pipeline.filters import C4QualityFilter, FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter  # noqa: E402
+from datatrove.data import Document
+from datatrove.pipeline.filters import (
+    C4QualityFilter,
+    FineWebQualityFilter,
+    GopherQualityFilter,
+    GopherRepetitionFilter,
+)
 
-from cuvee.filters.url import UT1_DIR, URLFilterParams, build_url_filter_step, read_list  # noqa: E402
-from cuvee.pipeline.registry import BuildContext, get_stage  # noqa: E402
+from cuvee.filters.url import UT1_DIR, URLFilterParams, build_url_filter_step, read_list
+from cuvee.pipeline.registry import BuildContext, get_stage
 
 SCRAPINGHUB = Path("/work/shared/data/extraction_scrapinghub/ground-truth.json")
 
@@ -114,7 +119,7 @@ def main() -> None:
         peer_step = URLFilter()  # datatrove as FineWeb runs it (its bundled lists)
         peer_step.tldextractor = step.tldextractor  # offline public-suffix data for both
         peer_step.download_data()
-    except Exception as e:  # pragma: no cover - report, don't die
+    except Exception as e:  # noqa: BLE001 - the peer missing or failing to load its lists: report it, don't die
         print("datatrove URLFilter unavailable:", e)
 
     def rates(f, urls):

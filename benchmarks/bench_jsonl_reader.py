@@ -26,7 +26,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _child import run_child  # noqa: E402
+from _child import run_child
 
 CHILD = """
 import json, sys
@@ -85,7 +85,10 @@ def main() -> None:
             per = {v: [(b - t) / n * 1e6 for b, t in zip(cpu[(op, "big", v)], cpu[(op, "tiny", v)])]
                    for v in ("datatrove", "cuvee")}
             ratio = statistics.median(a / b for a, b in zip(per["datatrove"], per["cuvee"]))
-            fmt = lambda xs: f"{statistics.median(xs):.1f} [{min(xs):.1f}-{max(xs):.1f}]"  # noqa: E731
+
+            def fmt(xs):
+                return f"{statistics.median(xs):.1f} [{min(xs):.1f}-{max(xs):.1f}]"
+
             print(f"| {op} | {fmt(per['datatrove'])} | {fmt(per['cuvee'])} | {ratio:.2f}x | "
                   f"{statistics.median(cpu[(op, 'tiny', 'datatrove')]):.2f} / {statistics.median(cpu[(op, 'tiny', 'cuvee')]):.2f} |")
         per = [(b - t) / n * 1e6 for b, t in zip(cpu[("read -> write", "big", "datatrove pipeline")],

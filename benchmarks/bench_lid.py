@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cuvee.filters.language import load_lid_model, normalise_for_lid  # noqa: E402
+from cuvee.filters.language import load_lid_model, normalise_for_lid
 
 NAMES = {  # lingua's report names -> ISO 639-1 (the test files' names)
     "Afrikaans": "af", "Albanian": "sq", "Arabic": "ar", "Armenian": "hy", "Azerbaijani": "az", "Basque": "eu",

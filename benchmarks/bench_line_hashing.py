@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
-from _child import run_child  # noqa: E402
+from _child import run_child
 
 START_UP = ("from cuvee.dedup import native_lines as n; n.line_hashes_of(['Café 12\\nx'])")
 

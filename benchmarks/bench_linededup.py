@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._neardup_eval import boilerplate_pool, passages, real_page_texts  # noqa: E402
+from benchmarks._neardup_eval import boilerplate_pool, passages, real_page_texts
 
 OUT = Path(__file__).resolve().parent / "out" / "linededup"
 
@@ -70,8 +70,12 @@ def run_cuvee(corpus: Path):
 
 def run_datatrove(corpus: Path):
     from datatrove.executor import LocalPipelineExecutor
-    from datatrove.pipeline.dedup.sentence_dedup import (SentDedupConfig, SentenceDedupFilter,
-                                                         SentenceDedupSignature, SentenceFindDedups)
+    from datatrove.pipeline.dedup.sentence_dedup import (
+        SentDedupConfig,
+        SentenceDedupFilter,
+        SentenceDedupSignature,
+        SentenceFindDedups,
+    )
     from datatrove.pipeline.readers import JsonlReader
 
     from cuvee.pipeline.writers import intermediate_writer  # uncompressed JSONL, as cuvee's output here
@@ -80,7 +84,10 @@ def run_datatrove(corpus: Path):
     shutil.rmtree(work, ignore_errors=True)
     cfg = SentDedupConfig(n_sentences=1, split_sentences=False, min_doc_words=0, min_num_sentences=0,
                           min_words_to_remove_span=0)
-    reader = lambda: JsonlReader(str(corpus.parent), glob_pattern=corpus.name)  # noqa: E731
+
+    def reader():
+        return JsonlReader(str(corpus.parent), glob_pattern=corpus.name)
+
     stages = [
         ("signatures", [reader(), SentenceDedupSignature(str(work / "sigs"), config=cfg)]),
         ("find", [SentenceFindDedups(str(work / "sigs"), str(work / "dups"), config=cfg)]),

@@ -116,7 +116,7 @@ def main() -> None:
         lengths = np.array([len(t) for t in valid.texts], dtype=np.float64)
         results.append(("document length (chars), baseline", lengths, "none"))
 
-        print(f"\n| scorer | training | n_test (pos/neg) | ROC-AUC | bootstrap 95 % CI |")
+        print("\n| scorer | training | n_test (pos/neg) | ROC-AUC | bootstrap 95 % CI |")
         print("|---|---|---:|---:|---|")
         for name, scores, training in results:
             auc = roc_auc(y, scores)

@@ -78,7 +78,7 @@ def run_cuvee(size: str, seq_len: int, batch: int, steps: int, backend: str, com
         rates.append(steps * batch * seq_len / (time.perf_counter() - t))
     tok_s = sorted(rates)
     mem = torch.cuda.max_memory_allocated() / 2**30
-    del model, opt
+    model = opt = None  # frees the GPU memory before empty_cache (step() closes over both)
     torch.cuda.empty_cache()
     return tok_s, [mfu(r, fpt, peak) for r in tok_s], mem, warm_s
 
@@ -109,9 +109,11 @@ def check_backends_agree(vocab: int, seq_len: int = 2048, batch: int = 2) -> Non
         plain = model(b["input_ids"], pos, one_doc, b["labels"], backend="sdpa", mask=build_doc_mask(one_doc, "sdpa")).item()
     ref = grads["sdpa"]
     rel = {be: ((g - ref).norm() / ref.norm()).item() for be, g in grads.items()}
-    print("backend agreement (125m, S=%d, %d docs/row avg): loss %s; grad rel. diff vs sdpa %s; plain causal loss %.5f"
-          % (seq_len, int(b["doc_ids"][:, -1].float().mean().item()) + 1,
-             {k: round(v, 5) for k, v in losses.items()}, {k: f"{v:.1e}" for k, v in rel.items()}, plain), flush=True)
+    docs = int(b["doc_ids"][:, -1].float().mean().item()) + 1
+    rounded = {k: round(v, 5) for k, v in losses.items()}
+    diffs = {k: f"{v:.1e}" for k, v in rel.items()}
+    print(f"backend agreement (125m, S={seq_len}, {docs} docs/row avg): loss {rounded}; grad rel. diff vs sdpa {diffs}; "
+          f"plain causal loss {plain:.5f}", flush=True)
     del model
     torch.cuda.empty_cache()
 
@@ -155,7 +157,7 @@ def run_hf(size: str, seq_len: int, batch: int, steps: int, vocab: int, repeats:
             step()
         torch.cuda.synchronize()
         rates.append(steps * batch * seq_len / (time.perf_counter() - t))
-    del model, opt
+    model = opt = None  # frees the GPU memory before empty_cache (step() closes over both)
     torch.cuda.empty_cache()
     peak = peak_flops(torch.cuda.get_device_name())
     return sorted(rates), [mfu(r, fpt, peak) for r in sorted(rates)]

@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import math
 import multiprocessing as mp
 import os
 import platform
@@ -60,7 +59,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cuvee.train.demo_data import load_wcxb, split_heldout, write_shards  # noqa: E402
+from cuvee.train.demo_data import load_wcxb, split_heldout, write_shards
 
 MAX_DOC_BYTES = 4000
 SLOT_SHARE = 0.3
@@ -122,9 +121,15 @@ def prepare(work: Path, chunk: int) -> dict:
     rng.shuffle(train_rows)
     half = len(train_rows) // 2
     base_rows, anneal_rows = train_rows[:half], train_rows[half:]
-    clean = lambda rs: [(r.get("file_id") or r.get("url") or "", r["main_content"]) for r in rs if (r["main_content"] or "").strip()]
+
+    def clean(rs):
+        return [(r.get("file_id") or r.get("url") or "", r["main_content"]) for r in rs if (r["main_content"] or "").strip()]
+
     base, null_src, held = clean(base_rows), clean(anneal_rows), clean(heldout)
-    enc = lambda t: np.frombuffer(_bytes(t), dtype=np.uint8).astype(np.uint16)
+
+    def enc(t):
+        return np.frombuffer(_bytes(t), dtype=np.uint8).astype(np.uint16)
+
     if not (data / "base" / "manifest.json").exists():
         write_shards(data / "base", "base", [enc(t) for _, t in base])
     if not (data / "heldout" / "manifest.json").exists():

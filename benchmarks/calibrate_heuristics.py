@@ -67,7 +67,7 @@ def load_pages(shared: Path) -> tuple[list[str], dict]:
                         continue
                     texts.append(extract(rec.content_stream().read()))
                     counts["common_crawl_warc"] = counts.get("common_crawl_warc", 0) + 1
-            except Exception as e:  # the 2008 ARC has a record with a wrong Content-Length: keep what came before
+            except Exception as e:  # noqa: BLE001 - the 2008 ARC has a record with a wrong Content-Length: keep what came before
                 print(f"{w.name}: stopped at a malformed record ({type(e).__name__})")
     return texts, counts
 
@@ -130,7 +130,7 @@ def main() -> None:
         _, _, chars = flt.clean(t)
         frac.append(chars / max(1, len(t)))
     frac = np.array(frac)
-    print(f"\nllama3_ngram_lines (n=3, coverage >= 0.8, >= 5 words): share of a document's characters in removed lines")
+    print("\nllama3_ngram_lines (n=3, coverage >= 0.8, >= 5 words): share of a document's characters in removed lines")
     print(f"   documents with any line removed: {int((frac > 0).sum())}/{len(frac)}; characters removed: "
           f"{sum(f * len(t) for f, t in zip(frac, texts)) / sum(len(t) for t in texts):.2%}")
     show("removed share", frac)

@@ -239,7 +239,7 @@ def main() -> int:
 
     # ---- triggers: cover every job, mid-write of intermediate and final files, startup and finish
     triggers = [t_after_launch(0.3), plan_bound()]
-    for name, kind, tasks in jobs:
+    for name, kind, _tasks in jobs:
         triggers.append(job_in(name, 0.0, dur[name]))
         triggers.append(job_in(name, 0.5, dur[name]))
         if kind == "segment":
@@ -340,7 +340,7 @@ def main() -> int:
     # ---- table and totals
     print("\n| # | kill trigger | state at kill (job running, ranks done; .tmp left) | dup | loss | extra | changed text | balanced | = ref accounting |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for i, label, kills, c, ok in rows:
+    for i, label, kills, c, _ok in rows:
         what = " ⟶ ".join(f"{k['running']} {k['ranks']}".strip() + (f" (.tmp: {len(k['tmp'])})" if k['tmp'] else "")
                           for k in kills)
         print(f"| {i} | {label} | {what} | {c['dup']} | {c['loss']} | {c['extra']} | {c['changed']} | "
