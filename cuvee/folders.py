@@ -30,7 +30,7 @@ from cuvee import __version__
 MARKER = ".cuvee-owner.json"
 LOCK = ".cuvee.lock"
 PLAN = ".cuvee-plan.json"
-KINDS = ("run", "mix", "train", "dedup", "card", "eval", "tokenizer", "classifier", "annotate", "rephrase")
+KINDS = ("run", "mix", "train", "dedup", "card", "eval", "tokenizer", "classifier", "annotate", "search", "rephrase")
 
 
 class FolderError(RuntimeError):

@@ -1,0 +1,134 @@
+"""Every source and target tokenized once into the search folder (``cache/<name>.bin/.idx`` + ``.json``),
+and the targets decontaminated against every source, before any proxy trains.
+
+The mixer's own functions do the work (``resolve_files``, ``tokenize_source``: same selection, counters and
+EOS as ``cuvee mix``), so a proxy sees the tokens the picked mix will hold. A cache counts as done only once
+its ``.json`` is written (last); the folder is locked and bound to its plan, so a half-written cache of a
+killed search is simply written again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from cuvee.mixer.indexed import IndexedDataset, dtype_for_vocab
+from cuvee.mixer.sources import resolve_files, tokenize_source
+from cuvee.train.decontam import decontaminate
+from cuvee.train.shards import ShardSet
+
+CACHE = "cache"
+
+
+class EmptyTargetError(ValueError):
+    """A target with no document left to score after decontamination."""
+
+
+def shard_tokenizer(tokenizer) -> dict:
+    """The tokenizer entry of the views (vocab and EOS for the loader; kind names it as the search's)."""
+    return {"kind": "cuvee-search", "name": tokenizer.name, "vocab_size": tokenizer.vocab_size,
+            "eos_id": tokenizer.eos_id, "fingerprint": tokenizer.fingerprint}
+
+
+def _write_json(path: Path, data) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def tokenize_once(text_set, tokenizer, out: Path, max_epochs: float = 1.0, say=print) -> dict:
+    """The cache of one source or target (tokenized now unless its ``.json`` says it is done)."""
+    cache = out / CACHE
+    cache.mkdir(exist_ok=True)
+    meta_path = cache / f"{text_set.name}.json"
+    if meta_path.exists():
+        return json.loads(meta_path.read_text())
+    src = text_set.as_mix_source(max_epochs)
+    files = resolve_files(src)
+    scan = tokenize_source(src, files, tokenizer, cache / text_set.name, dtype_for_vocab(tokenizer.vocab_size), 512)
+    meta = {"name": text_set.name, "tokens": int(scan.tokens), "documents": int(scan.kept),
+            "counters": scan.as_dict(), "files": scan.files}
+    _write_json(meta_path, meta)
+    say(f"[search] tokenized {text_set.name}: {scan.kept:,} documents, {scan.tokens:,} tokens "
+        f"({sum(scan.dropped.values()):,} dropped: {scan.dropped or 'none'})")
+    return meta
+
+
+def open_cache(out: Path, name: str) -> IndexedDataset:
+    return IndexedDataset(out / CACHE / name)
+
+
+def document_bytes(shards: ShardSet, indices: np.ndarray, tokenizer) -> np.ndarray | None:
+    """UTF-8 bytes of each document's text (EOS excluded), decoded with the search's tokenizer."""
+    eos = tokenizer.eos_id
+    out = []
+    try:
+        for i in indices:
+            ids = np.asarray(shards.document(int(i)))
+            ids = ids[ids != eos]
+            out.append(len(tokenizer.decode(ids.tolist()).encode("utf-8")))
+    except Exception:  # noqa: BLE001 - a tokenizer that cannot decode: the metric falls back to loss per token
+        return None
+    arr = np.asarray(out, dtype=np.float64)
+    return arr if arr.sum() > 0 else None
+
+
+class Truncated(ShardSet):
+    """Each document cut to its first ``max_tokens`` tokens: a target's scoring cost stays bounded however long
+    its pages are (decontamination still compares whole documents). No EOS is appended when scoring (its
+    ``eos_id`` is None): a whole document keeps the EOS its cache holds, a cut one is not made to predict one."""
+
+    def __init__(self, base: ShardSet, max_tokens: int):
+        self.base, self.max_tokens = base, max_tokens
+        super().__init__(datasets=base.datasets, tokenizer={**base.tokenizer, "eos_id": None}, manifests=base.manifests)
+
+    def document(self, i: int) -> np.ndarray:
+        return self.base.document(i)[: self.max_tokens]
+
+    def document_length(self, i: int) -> int:
+        return min(self.base.document_length(i), self.max_tokens)
+
+
+def clean_targets(cfg, tokenizer, out: Path, say=print) -> tuple[dict, dict]:
+    """Per target: (ShardSet, kept indices, per-document bytes), and the decontamination report.
+
+    Kept: the first ``max_docs`` documents, minus exact/near duplicates within the set and any document that
+    (near-)duplicates a document of any source (``cuvee.train.decontam``, as ``cuvee anneal`` does). The
+    report is computed once and stored in ``cache/decontamination.json``."""
+    tok = shard_tokenizer(tokenizer)
+    sets = {t.name: ShardSet(datasets=[open_cache(out, t.name)], tokenizer=tok) for t in cfg.targets}
+    report_path = out / CACHE / "decontamination.json"
+    if report_path.exists():
+        stored = json.loads(report_path.read_text())
+    else:
+        sources = [ShardSet(datasets=[open_cache(out, s.name)], tokenizer=tok) for s in cfg.sources]
+        ngram = 50 if tokenizer.vocab_size <= 512 else 13  # byte-level: ~50 bytes is the 13-token window's span
+        stored = {"ngram": ngram, "threshold": cfg.decontam_threshold, "targets": {}}
+        for t in cfg.targets:
+            keep, rep = decontaminate({t.name: sets[t.name]}, sources, max_docs=t.max_docs, ngram=ngram,
+                                      threshold=cfg.decontam_threshold)
+            per = rep["eval_sets"][t.name]
+            stored["targets"][t.name] = {
+                "kept": [int(i) for i in keep[t.name]],
+                "pool": min(t.max_docs, sets[t.name].num_documents),
+                "duplicates_within": int(per.get("duplicates_within_eval", 0)),
+                "exact_overlap": int(per.get("exact_overlap", 0)), "near_overlap": int(per.get("near_overlap", 0)),
+                "removed": per.get("removed", [])[:50]}
+        _write_json(report_path, stored)
+    targets = {}
+    for t in cfg.targets:
+        info = stored["targets"][t.name]
+        keep = np.asarray(info["kept"], dtype=np.int64)
+        if keep.size == 0:
+            raise EmptyTargetError(f"target '{t.name}': no documents left after decontamination against the sources "
+                             f"({info['pool']} in the pool, {info['exact_overlap']} exact and {info['near_overlap']} "
+                             f"near overlaps, {info['duplicates_within']} duplicates within): hold these documents "
+                             f"out of every source")
+        say(f"[search] target {t.name}: {info['pool']} documents, {info['duplicates_within']} duplicates, "
+            f"{info['exact_overlap'] + info['near_overlap']} overlapping the sources, {keep.size} scored")
+        scored = Truncated(sets[t.name], t.max_doc_tokens)
+        targets[t.name] = (scored, keep, document_bytes(scored, keep, tokenizer))
+    return targets, stored

@@ -1,0 +1,242 @@
+"""SEARCH.yaml: which sources may be mixed (with bounds), the proxy every mixture trains, the targets it is
+judged on, how many mixtures, and the proof. Validated in full before anything is tokenized or trained.
+
+Example (``mixes/search_demo.yaml``)::
+
+    name: search_demo
+    tokenizer: bytes256.tiktoken          # any mixer tokenizer; the search writes the pick as a mix YAML with it
+    seed: 0
+    mixtures: 12                          # N proxies; at least sources + 1 (the fit is under-determined below)
+    sources:                              # as in a mix config, without weight; optional bounds
+      - {name: articles, paths: data/curated/..., text_key: main_content, where: {page_type: article},
+         min_weight: 0.05, max_weight: 0.9, max_epochs: 1}
+    targets:                              # held-out text, decontaminated against every source before training
+      - {name: docs, paths: ..., text_key: main_content, where: {...}, weight: 1.0, max_docs: 60}
+    proxy: {train: configs/train/tiny.yaml, tokens: 40000}   # train config (model, optim, seq_len, batch)
+    proof: {seeds: [0, 1, 2], tokens: 40000, current: mixes/demo.yaml}
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from cuvee.mixer.config import NAME_PATTERN, SourceConfig
+from cuvee.mixer.tokenizers import TokenizerSpec
+from cuvee.mixer.where import check_where
+from cuvee.train.config import TrainConfig, _Strict, read_config_yaml
+from cuvee.train.config_errors import ConfigError, describe
+
+
+class SearchConfigError(ConfigError):
+    """A search config that cannot run as written; one line naming the file and the key."""
+
+
+class TextSet(_Strict):
+    """Documents read like a mix source: pipeline outputs (JSONL/Parquet), a text key, metadata conditions."""
+
+    name: str = Field(..., pattern=NAME_PATTERN)
+    paths: list[str] = Field(..., min_length=1)
+    text_key: str = "text"
+    where: dict[str, Any] = Field(default_factory=dict)
+    min_chars: int = Field(1, ge=0)
+
+    @field_validator("paths", mode="before")
+    @classmethod
+    def _listify(cls, v):
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("where")
+    @classmethod
+    def _where(cls, v: dict) -> dict:
+        return check_where(v)
+
+    @field_validator("name")
+    @classmethod
+    def _plain(cls, v: str) -> str:
+        if v.startswith("."):
+            raise ValueError(f"name {v!r} must not start with '.' (it names cache files)")
+        return v
+
+    def as_mix_source(self, max_epochs: float = 1.0) -> SourceConfig:
+        """The mixer's view of this set (weight 1: the weight is chosen per mixture, not here)."""
+        return SourceConfig(name=self.name, paths=self.paths, weight=1.0, max_epochs=max_epochs,
+                            where=self.where, text_key=self.text_key, min_chars=self.min_chars)
+
+
+class SearchSource(TextSet):
+    min_weight: float = Field(0.0, ge=0, le=1)
+    max_weight: float = Field(1.0, ge=0, le=1)
+    max_epochs: float = Field(1.0, gt=0, le=1e6)
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.min_weight > self.max_weight:
+            raise ValueError(f"source '{self.name}': min_weight {self.min_weight:g} > max_weight {self.max_weight:g}")
+        return self
+
+
+class Target(TextSet):
+    weight: float = Field(1.0, gt=0, le=1e6)
+    max_docs: int = Field(200, gt=0, le=1_000_000)  # scored pool: the first max_docs documents, before decontamination
+    max_doc_tokens: int = Field(2048, gt=1, le=1 << 30)  # each scored document's first tokens (bounds eval cost)
+
+
+class ProxyConfig(_Strict):
+    train: str | dict  # a train YAML path or its mapping; model, optim, data.seq_len, micro_batch, grad_accum used
+    tokens: int = Field(..., gt=0, le=10**13)  # training tokens per proxy
+
+    @field_validator("train")
+    @classmethod
+    def _train(cls, v):
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("give a train config path or mapping")
+        return v
+
+
+class ProofConfig(_Strict):
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
+    tokens: int | None = Field(None, gt=0, le=10**13)  # per arm and seed; default: the proxy's tokens
+    current: str | dict[str, float] | None = None  # the user's mix: a mix YAML (weights per source name) or weights
+    equivalence_margin: float | None = Field(None, ge=0)  # absolute, in the target's metric; None: never "equivalent"
+    alpha: float = Field(0.05, gt=0, lt=1)
+    enabled: bool = True
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        if len(v) < 2 or len(set(v)) != len(v):
+            raise ValueError("seeds must hold at least 2 distinct integers (seed noise needs >= 2; 3+ recommended)")
+        return v
+
+
+class SearchConfig(_Strict):
+    name: str = Field(..., pattern=NAME_PATTERN)
+    tokenizer: TokenizerSpec
+    seed: int = 0
+    mixtures: int = Field(..., gt=0, le=100_000)
+    sources: list[SearchSource] = Field(..., min_length=2)
+    targets: list[Target] = Field(..., min_length=1)
+    proxy: ProxyConfig
+    proof: ProofConfig = ProofConfig()
+    concentration: float = Field(1.0, gt=0, le=1e4)  # Dirichlet concentration per source (see sampling.py)
+    decontam_threshold: float = Field(0.8, gt=0, le=1)
+    output_dir: str = "runs/mix_search/${name}"
+    threads: int = Field(0, ge=0, le=4096)  # torch CPU threads; 0 = torch's default
+    description: str = ""
+
+    @field_validator("tokenizer", mode="before")
+    @classmethod
+    def _tok(cls, v):
+        return TokenizerSpec.parse(v) if isinstance(v, (str, TokenizerSpec)) else v
+
+    @model_validator(mode="after")
+    def _check(self):
+        names = [s.name for s in self.sources] + [t.name for t in self.targets]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"source and target names must be distinct: {dupes} appear twice")
+        lo = sum(s.min_weight for s in self.sources)
+        hi = sum(s.max_weight for s in self.sources)
+        if lo > 1 + 1e-9:
+            raise ValueError(f"the sources' min_weight values sum to {lo:.4g} > 1: no mixture can meet them")
+        if hi < 1 - 1e-9:
+            raise ValueError(f"the sources' max_weight values sum to {hi:.4g} < 1: no mixture can reach 1")
+        if self.mixtures < len(self.sources) + 1:
+            raise ValueError(f"mixtures: {self.mixtures} is fewer than sources + 1 = {len(self.sources) + 1}: "
+                             f"the fit would be under-determined")
+        if isinstance(self.proof.current, dict):
+            known = {s.name for s in self.sources}
+            extra = sorted(set(self.proof.current) - known)
+            if extra:
+                raise ValueError(f"proof.current names {extra}, not sources of this search ({sorted(known)})")
+            if any(not math.isfinite(v) or v < 0 for v in self.proof.current.values()) or \
+                    sum(self.proof.current.values()) <= 0:
+                raise ValueError("proof.current weights must be finite, >= 0 and not all 0")
+        return self
+
+    def resolved_out_dir(self) -> Path:
+        return Path(self.output_dir.replace("${name}", self.name))
+
+    @property
+    def proof_tokens(self) -> int:
+        return self.proof.tokens or self.proxy.tokens
+
+
+def _train_config(proxy: ProxyConfig, origin: str) -> TrainConfig:
+    """The proxy's train config (data paths are the search's own blends, so any given are ignored)."""
+    if isinstance(proxy.train, str):
+        path = Path(proxy.train)
+        if not path.exists() and not path.is_absolute():
+            alt = Path(__file__).resolve().parents[2] / path  # bundled configs work from any directory
+            path = alt if alt.exists() else path
+        if not path.exists():
+            raise SearchConfigError(f"{origin}: proxy.train: train config not found: {proxy.train}")
+        raw = read_config_yaml(path)
+        where = str(path)
+    else:
+        raw, where = dict(proxy.train), f"{origin}: proxy.train"
+    raw = dict(raw)
+    data = dict(raw.get("data") or {}) if isinstance(raw.get("data") or {}, dict) else raw.get("data")
+    if isinstance(data, dict):
+        data["paths"] = []
+        raw["data"] = data
+    raw.pop("eval_paths", None)
+    try:
+        return TrainConfig(**raw)
+    except ValidationError as e:
+        raise SearchConfigError(f"{where}: {describe(e, TrainConfig)}") from None
+    except (TypeError, ValueError) as e:
+        raise SearchConfigError(f"{where}: {' '.join(str(e).split())}") from None
+
+
+def proxy_train_config(cfg: SearchConfig, origin: str = "search config") -> TrainConfig:
+    return _train_config(cfg.proxy, origin)
+
+
+def load_search_config(path: str | Path | dict) -> tuple[SearchConfig, TrainConfig]:
+    """The validated search config and its proxy train config; every problem is one :class:`SearchConfigError`."""
+    if isinstance(path, dict):
+        raw, origin = dict(path), "<dict>"
+    else:
+        origin = str(path)
+        if not Path(path).is_file():
+            raise SearchConfigError(f"search config not found: {path}")
+        try:
+            raw = read_config_yaml(path)
+        except ConfigError as e:
+            raise SearchConfigError(str(e)) from None
+        raw.setdefault("name", re.sub(r"[^A-Za-z0-9_.-]", "_", Path(path).stem))
+    try:
+        cfg = SearchConfig(**raw)
+    except ValidationError as e:
+        raise SearchConfigError(f"{origin}: {describe(e, SearchConfig)}") from None
+    except (TypeError, ValueError) as e:
+        raise SearchConfigError(f"{origin}: {' '.join(str(e).split())}") from None
+    train = _train_config(cfg.proxy, origin)
+    if isinstance(cfg.proof.current, str) and not Path(cfg.proof.current).exists():
+        raise SearchConfigError(f"{origin}: proof.current: mix config not found: {cfg.proof.current}")
+    return cfg, train
+
+
+def current_weights(cfg: SearchConfig) -> dict[str, float] | None:
+    """The user's current mix as weights per source name (a mix YAML's sources matched by name), or None."""
+    cur = cfg.proof.current
+    if cur is None:
+        return None
+    if isinstance(cur, dict):
+        total = sum(cur.values())
+        return {s.name: cur.get(s.name, 0.0) / total for s in cfg.sources}
+    from cuvee.mixer.config import load_mix_config
+
+    mix = load_mix_config(cur)
+    weights = dict(zip([s.name for s in mix.sources], mix.weights))
+    extra = sorted(set(weights) - {s.name for s in cfg.sources})
+    if extra:
+        raise SearchConfigError(f"proof.current {cur}: sources {extra} are not sources of this search")
+    total = sum(weights.values())
+    return {s.name: weights.get(s.name, 0.0) / total for s in cfg.sources}

@@ -1,0 +1,185 @@
+"""Models of target loss as a function of the mixture weights, chosen by leave-one-out rank correlation,
+and the pick: the weights minimising the predicted (weighted) target loss within the bounds.
+
+Fits (per target; every one deterministic, so a rerun on the same proxies gives the same pick):
+
+``loglinear``   the mixing law of Ye et al. (2024), ``L(w) = c + k * exp(sum_j t_j w_j)`` (least squares).
+                Monotone along every direction, so its optimum is a vertex of the bounds: right for a target
+                close to one source, wrong for a target that is a blend.
+``separable``   the same law with one implicit domain per source, ``L(w) = c + sum_j k_j exp(-t_j w_j)``
+                (``k_j, t_j >= 0``): each source lowers the loss of "its part" of the target with diminishing
+                returns; convex, so a blended target gets an interior optimum.
+``ridge``       RegMix-style regression (Liu et al., 2024): ridge on the weights and their pairwise products,
+                the penalty chosen by leave-one-out error (closed form through the hat matrix).
+
+Choice: leave-one-out over the proxies (each refit without one proxy predicts it); the fit with the highest
+LOO Spearman between predicted and measured loss wins, ties broken by LOO RMSE.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize, stats
+
+from cuvee.mixsearch.sampling import project
+
+FITS = ("loglinear", "separable", "ridge")
+RIDGE_ALPHAS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+
+
+@dataclass(frozen=True)
+class Fit:
+    kind: str
+    params: tuple
+
+    def predict(self, w: np.ndarray) -> np.ndarray:
+        w = np.atleast_2d(np.asarray(w, dtype=np.float64))
+        p = np.asarray(self.params, dtype=np.float64)
+        n = w.shape[1]
+        if self.kind == "loglinear":
+            return p[0] + np.exp(p[1] + w @ p[2:2 + n])
+        if self.kind == "separable":
+            k, t = np.exp(p[1:1 + n]), np.exp(p[1 + n:1 + 2 * n])
+            return p[0] + (k[None, :] * np.exp(-w * t[None, :])).sum(1)
+        mean, scale, coef, icpt = _ridge_unpack(p, n)
+        return (_features(w) - mean) / scale @ coef + icpt
+
+
+def _features(w: np.ndarray) -> np.ndarray:
+    n = w.shape[1]
+    pairs = [w[:, i] * w[:, j] for i in range(n) for j in range(i, n)]
+    return np.column_stack([w, *pairs]) if pairs else w
+
+
+def _ridge_unpack(p: np.ndarray, n: int):
+    m = n + n * (n + 1) // 2
+    return p[:m], p[m:2 * m], p[2 * m:3 * m], p[3 * m]
+
+
+def _fit_loglinear(w: np.ndarray, y: np.ndarray) -> Fit:
+    n = w.shape[1]
+    best = None
+    for frac in (0.0, 0.5, 0.9):
+        c0 = frac * y.min()
+        ly = np.log(np.maximum(y - c0, 1e-9))
+        a = np.column_stack([np.ones(len(y)), w])
+        sol = np.linalg.lstsq(a, ly, rcond=None)[0]
+        x0 = np.concatenate([[c0, sol[0]], sol[1:]])
+
+        def resid(p):
+            return p[0] + np.exp(np.clip(p[1] + w @ p[2:], -50, 50)) - y
+
+        r = optimize.least_squares(resid, x0, method="trf", x_scale="jac", max_nfev=2000)
+        cost = float(np.sum(r.fun ** 2))
+        if best is None or cost < best[0]:
+            best = (cost, r.x)
+    return Fit("loglinear", tuple(float(x) for x in best[1][:2 + n]))
+
+
+def _fit_separable(w: np.ndarray, y: np.ndarray) -> Fit:
+    n = w.shape[1]
+    best = None
+    spread = max(float(y.max() - y.min()), 1e-6)
+    for t0 in (1.0, 3.0, 10.0):
+        x0 = np.concatenate([[y.min() - spread], np.full(n, math.log(spread)), np.full(n, math.log(t0))])
+
+        def resid(p):
+            k, t = np.exp(np.clip(p[1:1 + n], -50, 50)), np.exp(np.clip(p[1 + n:], -20, 6))
+            return p[0] + (k[None, :] * np.exp(-w * t[None, :])).sum(1) - y
+
+        r = optimize.least_squares(resid, x0, method="trf", max_nfev=4000)
+        cost = float(np.sum(r.fun ** 2))
+        if best is None or cost < best[0]:
+            best = (cost, r.x)
+    p = best[1].copy()
+    p[1 + n:] = np.clip(p[1 + n:], -20, 6)
+    return Fit("separable", tuple(float(x) for x in p))
+
+
+def _ridge_solve(x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarray, float]:
+    xm = np.column_stack([x, np.ones(len(y))])
+    reg = alpha * np.eye(xm.shape[1])
+    reg[-1, -1] = 0.0
+    sol = np.linalg.solve(xm.T @ xm + reg, xm.T @ y)
+    return sol[:-1], float(sol[-1])
+
+
+def _fit_ridge(w: np.ndarray, y: np.ndarray) -> Fit:
+    f = _features(w)
+    mean, scale = f.mean(0), f.std(0)
+    scale = np.where(scale > 1e-12, scale, 1.0)
+    x = (f - mean) / scale
+    xm = np.column_stack([x, np.ones(len(y))])
+    best = None
+    for alpha in RIDGE_ALPHAS:  # leave-one-out error in closed form: e_i / (1 - h_ii)
+        reg = alpha * np.eye(xm.shape[1])
+        reg[-1, -1] = 0.0
+        hat = xm @ np.linalg.solve(xm.T @ xm + reg, xm.T)
+        resid = y - hat @ y
+        loo = resid / np.maximum(1 - np.diag(hat), 1e-9)
+        err = float(np.mean(loo ** 2))
+        if best is None or err < best[0] - 1e-15:
+            best = (err, alpha)
+    coef, icpt = _ridge_solve(x, y, best[1])
+    return Fit("ridge", tuple(float(v) for v in np.concatenate([mean, scale, coef, [icpt]])))
+
+
+FITTERS = {"loglinear": _fit_loglinear, "separable": _fit_separable, "ridge": _fit_ridge}
+
+
+def loo(kind: str, w: np.ndarray, y: np.ndarray) -> dict:
+    """Leave-one-out predictions of one fit kind, with their Spearman correlation and errors."""
+    pred = np.empty(len(y))
+    for i in range(len(y)):
+        m = np.arange(len(y)) != i
+        pred[i] = FITTERS[kind](w[m], y[m]).predict(w[i:i + 1])[0]
+    rho = stats.spearmanr(pred, y).statistic if np.ptp(pred) > 0 and np.ptp(y) > 0 else float("nan")
+    err = pred - y
+    return {"kind": kind, "loo_spearman": float(rho), "loo_rmse": float(np.sqrt(np.mean(err ** 2))),
+            "loo_mae": float(np.mean(np.abs(err))), "loo_predictions": pred.tolist()}
+
+
+def fit_target(w: np.ndarray, y: np.ndarray) -> dict:
+    """Every fit of one target, their LOO scores, and the chosen one (highest LOO Spearman, then RMSE)."""
+    scores = {k: loo(k, w, y) for k in FITS}
+    for k in FITS:
+        scores[k]["params"] = list(FITTERS[k](w, y).params)
+
+    def rank(k):
+        rho = scores[k]["loo_spearman"]
+        return (-(rho if math.isfinite(rho) else -2.0), scores[k]["loo_rmse"])
+
+    chosen = min(FITS, key=rank)
+    return {"chosen": chosen, "fits": scores}
+
+
+def fit_of(result: dict) -> Fit:
+    chosen = result["chosen"]
+    return Fit(chosen, tuple(result["fits"][chosen]["params"]))
+
+
+def pick(fits: dict[str, Fit], target_weights: dict[str, float], lo: np.ndarray, hi: np.ndarray,
+         starts: np.ndarray) -> tuple[np.ndarray, float]:
+    """Weights minimising ``sum_t W_t * fit_t(w) / sum W`` over the bounded simplex (SLSQP from every start;
+    the best result, or the best start if SLSQP improves on none)."""
+    total = sum(target_weights.values())
+
+    def objective(w):
+        return float(sum(target_weights[n] * f.predict(w)[0] for n, f in fits.items()) / total)
+
+    best_w, best_v = None, math.inf
+    cons = [{"type": "eq", "fun": lambda w: float(np.sum(w) - 1.0)}]
+    for x0 in starts:
+        v0 = objective(x0)
+        if v0 < best_v:
+            best_w, best_v = np.asarray(x0, dtype=np.float64), v0
+        r = optimize.minimize(objective, x0, method="SLSQP", bounds=list(zip(lo, hi)), constraints=cons,
+                              options={"maxiter": 500, "ftol": 1e-12})
+        w = project(r.x, lo, hi)  # SLSQP may end a hair outside the bounds
+        v = objective(w)
+        if v < best_v - 1e-12:
+            best_w, best_v = w, v
+    return best_w, best_v

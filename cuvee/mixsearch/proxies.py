@@ -1,0 +1,173 @@
+"""One proxy run: a small model trained on one mixture, read straight from the per-source token caches.
+
+No data is copied or re-tokenized per proxy: :class:`BlendView` is a :class:`~cuvee.train.shards.ShardSet`
+whose document order is the mixer's blend (``cuvee.mixer.blend.greedy_blend`` over per-source
+``epoch_stream`` shuffles, exactly as ``cuvee mix`` writes shards) computed over the memory-mapped caches.
+
+Below the document level: a proxy reads tens of thousands of tokens while one web page can hold ten
+thousand, so a whole-document blend would miss the weights by up to a document per source. The view
+blends *pieces* of at most ``piece_tokens`` tokens (the training sequence length): every prefix of the
+stream then holds each source's weight to within one piece, and the loader (``order: mix``) reads the
+stream in order, so every step sees the mixture's shares. Each piece is masked as a document of its own
+(attention never crosses pieces or documents). The shares measured over the steps actually trained are
+recorded with every proxy.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import numpy as np
+import torch
+
+from cuvee.mixer.blend import greedy_blend
+from cuvee.mixer.indexed import IndexedDataset
+from cuvee.mixer.shuffle import epoch_stream
+from cuvee.train.attention import build_doc_mask, resolve_backend
+from cuvee.train.config import TrainConfig
+from cuvee.train.evaluate import evaluate
+from cuvee.train.loader import IGNORE_INDEX, PackedLoader
+from cuvee.train.model import Llama
+from cuvee.train.schedule import lr_at
+from cuvee.train.shards import ShardSet
+from cuvee.train.trainer import build_optimizer
+
+
+def _pieces(ds: IndexedDataset, piece_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(document, start, length) of every piece of every document of ``ds``."""
+    lengths = np.asarray(ds.sequence_lengths, dtype=np.int64)
+    per_doc = np.maximum(1, -(-lengths // piece_tokens))
+    doc = np.repeat(np.arange(lengths.size, dtype=np.int64), per_doc)
+    first = np.repeat(np.cumsum(per_doc) - per_doc, per_doc)
+    start = (np.arange(doc.size, dtype=np.int64) - first) * piece_tokens
+    length = np.minimum(lengths[doc] - start, piece_tokens)
+    return doc, start, length
+
+
+class BlendView(ShardSet):
+    """The blend of ``weights`` over ``caches`` for ``tokens`` tokens, as pieces of the cached documents."""
+
+    def __init__(self, caches: list[IndexedDataset], names: list[str], weights, tokens: int, seed: int,
+                 piece_tokens: int, tokenizer: dict):
+        tables = [_pieces(c, piece_tokens) for c in caches]
+        streams = [epoch_stream(len(t[0]), seed, n) for t, n in zip(tables, names)]
+        src, piece = [], []
+
+        def next_piece(i: int) -> int:
+            _, k = next(streams[i])
+            src.append(i)
+            piece.append(k)
+            return int(tables[i][2][k])
+
+        for _ in greedy_blend([float(w) for w in weights], tokens, next_piece):
+            pass
+        self._names, self._tables = list(names), tables
+        self._src = np.asarray(src, dtype=np.int16)
+        self._piece = np.asarray(piece, dtype=np.int64)
+        super().__init__(datasets=list(caches), tokenizer=dict(tokenizer), manifests=[])
+
+    @property
+    def num_documents(self) -> int:
+        return int(self._src.size)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(sum(self.document_length(i) for i in range(self.num_documents)))
+
+    def document(self, i: int) -> np.ndarray:
+        s, k = int(self._src[i]), int(self._piece[i])
+        doc, start, length = (int(x[k]) for x in self._tables[s])
+        return self.datasets[s][doc][start:start + length]
+
+    def document_length(self, i: int) -> int:
+        return int(self._tables[int(self._src[i])][2][int(self._piece[i])])
+
+    def document_source(self, i: int) -> int:
+        return int(self._src[i])
+
+    @property
+    def source_names(self) -> list[str]:
+        return list(self._names)
+
+    def source_ids(self) -> np.ndarray:
+        return self._src
+
+
+def steps_for(train: TrainConfig, tokens: int) -> int:
+    return max(1, math.ceil(tokens / (train.data.seq_len * train.micro_batch * train.grad_accum)))
+
+
+def _metric(result: dict, keep: np.ndarray, doc_bytes: np.ndarray | None) -> dict:
+    nats = result["doc_nats"][keep]
+    out = {"documents": int(keep.size), "loss": float(nats.sum() / max(1, result["doc_tokens"][keep].sum())),
+           "doc_nats": nats.tolist(), "doc_tokens": result["doc_tokens"][keep].tolist()}
+    if doc_bytes is not None:
+        out["bpb"] = float(nats.sum() / math.log(2) / doc_bytes.sum())
+    out["metric"] = "bpb" if doc_bytes is not None else "loss"
+    out["value"] = out[out["metric"]]
+    return out
+
+
+def train_proxy(train: TrainConfig, caches: list[IndexedDataset], names: list[str], weights, tokens: int,
+                seed: int, tokenizer: dict, targets: dict, threads: int = 0) -> dict:
+    """Train a fresh model on the blend for ``tokens`` tokens; evaluate every target.
+
+    ``targets``: name -> (ShardSet, kept indices, per-document bytes or None). ``seed`` sets the model's
+    initialisation and the blend's per-source shuffles (so two arms with one seed start alike and differ only
+    in their weights). Returns a JSON-able record (per-document nats included, for paired verdicts)."""
+    t0, c0 = time.perf_counter(), os.times()
+    if threads:
+        torch.set_num_threads(threads)
+    steps = steps_for(train, tokens)
+    seq, mb, ga = train.data.seq_len, train.micro_batch, train.grad_accum
+    need = steps * seq * mb * ga + 2 * seq  # the loader peeks one token past the last row
+    view = BlendView(caches, names, weights, need, seed, seq, tokenizer)
+    torch.manual_seed(seed)
+    mcfg = train.resolved_model(tokenizer["vocab_size"])
+    device = torch.device("cpu")
+    model = Llama(mcfg).to(device)
+    backend = resolve_backend(train.attention, device)
+    optimizer = build_optimizer(model, train)
+    loader = PackedLoader(view, seq, mb, seed=seed, add_eos=False, order="mix")
+    src_of = view.source_ids()
+    seen = np.zeros(len(names), dtype=np.int64)
+    losses = []
+    model.train()
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, steps, train.optim)
+        micro = [next(loader) for _ in range(ga)]
+        n_valid = float(sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in micro))
+        total = 0.0
+        for batch in micro:
+            idx = batch["doc_index"].numpy().reshape(-1)
+            seen += np.bincount(src_of[idx[idx >= 0]], minlength=len(names))
+            mask = build_doc_mask(batch["doc_ids"], backend)
+            loss = model(batch["input_ids"], batch["position_ids"], batch["doc_ids"], batch["labels"],
+                         backend=backend, mask=mask, reduction="sum")
+            (loss / n_valid).backward()
+            total += float(loss.detach())
+        if train.optim.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), train.optim.grad_clip)
+        value = total / n_valid
+        if not math.isfinite(value):
+            raise RuntimeError(f"proxy diverged at step {step + 1} (loss {value}); lower optim.lr in the proxy's "
+                               f"train config")
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(value)
+    evals = {}
+    for name, (shards, keep, doc_bytes) in targets.items():
+        r = evaluate(model, shards, seq, mb, int(keep.max()) + 1, "sdpa", device)
+        evals[name] = _metric(r, keep, doc_bytes)
+    c1 = os.times()
+    return {
+        "weights": [float(w) for w in weights], "seed": seed, "steps": steps,
+        "tokens": int(steps * seq * mb * ga), "params": int(model.num_params()),
+        "shares_trained": {n: float(c / max(1, seen.sum())) for n, c in zip(names, seen)},
+        "final_train_loss": losses[-1], "targets": evals,
+        "wall_s": round(time.perf_counter() - t0, 3),
+        "cpu_s": round((c1.user + c1.system) - (c0.user + c0.system), 3),
+    }

@@ -1,0 +1,251 @@
+"""``run_search``: SEARCH.yaml -> token caches -> N proxies -> fits -> pick (a mix YAML) -> proof -> report.
+
+The search folder (``output_dir``) is a cuvee ``search`` folder (cuvee/folders.py): claimed, locked for the
+whole search and bound, before any work, to everything that decides its content (the resolved config, the
+proxy's train config, the tokenizer and the source and target files). Each proxy and each proof run is a
+job whose record (``proxies/pNNN.json``, ``proof/<arm>_seed<S>.json``) is written atomically when it ends; a
+rerun of the same search trains only the jobs without a record (a job killed mid-way starts over: proxies
+are short) and recomputes the fits, the pick and the report from the records, which gives the same pick
+and report. ``events.jsonl`` logs every job trained, so "nothing trained twice" can be checked. Jobs run one
+after another in this process; several GPUs and SLURM arrays are not supported yet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from cuvee.folders import FolderError, bind, claim, clean_stale_tmp, empty_owned, locked
+from cuvee.mixer.tokenizers import load_tokenizer
+from cuvee.mixsearch import sampling
+from cuvee.mixsearch.caches import (
+    clean_targets,
+    open_cache,
+    shard_tokenizer,
+    tokenize_once,
+)
+from cuvee.mixsearch.config import (
+    SearchConfig,
+    SearchConfigError,
+    current_weights,
+    load_search_config,
+)
+from cuvee.mixsearch.fit import fit_of, fit_target, pick
+from cuvee.mixsearch.proxies import steps_for, train_proxy
+from cuvee.train.verdict import compare
+
+WHAT = "search folder"
+
+
+class SearchError(RuntimeError):
+    """A search that cannot go on (bounds, empty targets, a plan that differs from the recorded one)."""
+
+
+def _tokenizer(cfg: SearchConfig):
+    try:
+        return load_tokenizer(cfg.tokenizer, num_threads=1)
+    except Exception as e:  # noqa: BLE001 - unknown encoding, missing or unreadable file: one line
+        raise SearchConfigError(f"search '{cfg.name}': cannot load tokenizer: {' '.join(str(e).split())}") from None
+
+
+def _files(text_set) -> list[dict]:
+    from cuvee.mixer.sources import resolve_files
+
+    return [{"path": os.path.abspath(f), "bytes": os.path.getsize(f)}
+            for f in resolve_files(text_set.as_mix_source())]
+
+
+def _binding(cfg: SearchConfig, train, tokenizer) -> dict:
+    c = cfg.model_dump(mode="json")
+    for key in ("output_dir", "threads", "description", "proof"):  # the proof is bound per job record instead
+        c.pop(key)
+    t = train.model_dump(mode="json")
+    return {"config": c, "proxy_train": {k: t[k] for k in ("model", "optim", "micro_batch", "grad_accum", "attention")}
+            | {"seq_len": t["data"]["seq_len"]}, "tokenizer": tokenizer.describe(),
+            "files": {s.name: _files(s) for s in [*cfg.sources, *cfg.targets]}}
+
+
+def _write_json(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _event(out: Path, record: dict) -> None:
+    with open(out / "events.jsonl", "a") as f:
+        f.write(json.dumps({**record, "time": time.time()}) + "\n")
+
+
+def _param_count(train, vocab_size: int) -> int:
+    import torch
+
+    from cuvee.train.model import Llama
+
+    with torch.device("meta"):
+        return int(Llama(train.resolved_model(vocab_size)).num_params())
+
+
+def plan_mixtures(cfg: SearchConfig, available: list[int]) -> dict:
+    names = [s.name for s in cfg.sources]
+    budget = max(cfg.proxy.tokens, cfg.proof_tokens)
+    try:
+        lo, hi = sampling.bounds([s.min_weight for s in cfg.sources], [s.max_weight for s in cfg.sources],
+                                 [s.max_epochs for s in cfg.sources], available, budget, names)
+    except sampling.BoundsError as e:
+        raise SearchError(f"search '{cfg.name}': {e}") from None
+    w, kinds = sampling.sample_mixtures(cfg.mixtures, available, lo, hi, cfg.seed, cfg.concentration)
+    return {"sources": names, "available_tokens": [int(a) for a in available], "lo": lo.tolist(), "hi": hi.tolist(),
+            "mixtures": [[float(x) for x in row] for row in w], "kinds": kinds,
+            "natural": sampling.natural(available, lo, hi).tolist(), "uniform": sampling.uniform(lo, hi).tolist()}
+
+
+def dry_run(path) -> dict:
+    """The plan without tokenizing or training: available tokens estimated from a sample (as ``cuvee mix
+    --dry-run``), mixtures, tokens and steps per proxy, parameters and the training FLOPs of the whole search."""
+    from cuvee.mixer.sources import estimate_source, resolve_files
+
+    cfg, train = load_search_config(path)
+    tok = _tokenizer(cfg)
+    available = []
+    for s in cfg.sources:
+        scan, _ = estimate_source(s.as_mix_source(), resolve_files(s.as_mix_source()), tok)
+        available.append(int(scan.tokens))
+    for t in cfg.targets:
+        resolve_files(t.as_mix_source())
+    plan = plan_mixtures(cfg, available)
+    params = _param_count(train, tok.vocab_size)
+    arms = 3 + (cfg.proof.current is not None)
+    proxy_tokens = steps_for(train, cfg.proxy.tokens) * train.data.seq_len * train.micro_batch * train.grad_accum
+    proof_tokens = steps_for(train, cfg.proof_tokens) * train.data.seq_len * train.micro_batch * train.grad_accum
+    total = cfg.mixtures * proxy_tokens + (arms * len(cfg.proof.seeds) * proof_tokens if cfg.proof.enabled else 0)
+    return {**plan, "name": cfg.name, "dry_run": True, "available_estimated": True,
+            "output_dir": str(cfg.resolved_out_dir()), "proxy_steps": steps_for(train, cfg.proxy.tokens),
+            "proxy_tokens": proxy_tokens, "proof_runs": arms * len(cfg.proof.seeds) if cfg.proof.enabled else 0,
+            "proof_tokens": proof_tokens, "params": params, "total_train_tokens": total,
+            "train_flops": 6.0 * params * total}
+
+
+def _job(out: Path, path: Path, weights, seed: int, run, what: str, say) -> dict:
+    """A record from ``path`` when it holds this very job (weights, seed), else train and record it."""
+    if path.exists():
+        try:
+            rec = json.loads(path.read_text())
+            if np.allclose(rec["weights"], weights, atol=1e-12) and rec["seed"] == seed:
+                return rec
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        raise SearchError(f"{path} records another job than the plan's ({what}); the search folder does not "
+                          f"match its plan: use --fresh or another output folder")
+    say(f"[search] {what}: weights {', '.join(f'{x:.3f}' for x in weights)}")
+    rec = run()
+    _write_json(path, rec)
+    _event(out, {"event": "trained", "job": path.stem, "wall_s": rec["wall_s"], "cpu_s": rec["cpu_s"]})
+    return rec
+
+
+def _arms(cfg: SearchConfig, plan: dict, picked: np.ndarray) -> dict[str, list[float]]:
+    arms = {"pick": [float(x) for x in picked], "natural": plan["natural"], "uniform": plan["uniform"]}
+    cur = current_weights(cfg)
+    if cur is not None:
+        arms["current"] = [cur[n] for n in plan["sources"]]
+    return arms
+
+
+def _verdicts(cfg: SearchConfig, proof: dict, targets: dict) -> dict:
+    """Per target and control arm: the paired verdict of the pick against that arm (cuvee/train/verdict.py)."""
+    out = {}
+    for name, (_, _keep, doc_bytes) in targets.items():
+        per = {}
+        unit = "bpb" if doc_bytes is not None else "loss"
+        weights = doc_bytes if doc_bytes is not None else None
+        scale = 1 / np.log(2) if unit == "bpb" else 1.0
+        cand = np.array([proof["pick"][s]["targets"][name]["doc_nats"] for s in cfg.proof.seeds])
+        if weights is None:  # loss per token: the per-document token counts are the denominators
+            weights = np.asarray(proof["pick"][cfg.proof.seeds[0]]["targets"][name]["doc_tokens"], dtype=np.float64)
+        for arm in proof:
+            if arm == "pick":
+                continue
+            ctrl = np.array([proof[arm][s]["targets"][name]["doc_nats"] for s in cfg.proof.seeds])
+            v = compare(cand, ctrl, weights=weights, scale=scale, margin=cfg.proof.equivalence_margin,
+                        alpha=cfg.proof.alpha).to_dict()
+            per[arm] = {"metric": unit, "pick": float(np.mean([proof["pick"][s]["targets"][name]["value"]
+                                                               for s in cfg.proof.seeds])),
+                        "control": float(np.mean([proof[arm][s]["targets"][name]["value"] for s in cfg.proof.seeds])),
+                        **v}
+        out[name] = per
+    return out
+
+
+def run_search(path, out_dir: str | Path | None = None, fresh: bool = False, say=print) -> dict:
+    """Run (or resume) the search; returns the report (also ``report.json`` / ``report.md`` in the folder)."""
+    from cuvee.mixsearch.report import write_pick_yaml, write_report
+
+    cfg, train = load_search_config(path)
+    tok = _tokenizer(cfg)
+    binding = _binding(cfg, train, tok)  # resolves every source and target path: a missing one fails now
+    out = Path(out_dir) if out_dir else cfg.resolved_out_dir()
+    claim(out, "search", what=WHAT)
+    with locked(out, WHAT):
+        if fresh:
+            empty_owned(out, "search", what=WHAT)
+        bind(out, binding, what=WHAT, fresh_hint="--fresh")
+        clean_stale_tmp(out)
+        t0 = time.perf_counter()
+        metas = [tokenize_once(s, tok, out, s.max_epochs, say) for s in cfg.sources]
+        for t in cfg.targets:
+            tokenize_once(t, tok, out, 1.0, say)
+        plan = plan_mixtures(cfg, [m["tokens"] for m in metas])
+        recorded = out / "plan.json"
+        if recorded.exists() and json.loads(recorded.read_text()) != plan:
+            raise SearchError(f"{recorded}: the recorded mixtures differ from the ones this search computes now "
+                              f"(same config and files); refusing to mix records of two plans: use --fresh")
+        _write_json(recorded, plan)
+        targets, decontam = clean_targets(cfg, tok, out, say)
+        caches = [open_cache(out, n) for n in plan["sources"]]
+        tokd = shard_tokenizer(tok)
+
+        def runner(w, seed, tokens):
+            return lambda: train_proxy(train, caches, plan["sources"], w, tokens, seed, tokd, targets, cfg.threads)
+
+        proxies = []
+        for i, w in enumerate(plan["mixtures"]):
+            proxies.append(_job(out, out / "proxies" / f"p{i:03d}.json", w, cfg.seed,
+                                runner(w, cfg.seed, cfg.proxy.tokens), f"proxy {i + 1}/{len(plan['mixtures'])}", say))
+        w = np.asarray(plan["mixtures"])
+        fits = {t.name: fit_target(w, np.array([p["targets"][t.name]["value"] for p in proxies])) for t in cfg.targets}
+        lo, hi = np.asarray(plan["lo"]), np.asarray(plan["hi"])
+        order = np.argsort([sum(t.weight * p["targets"][t.name]["value"] for t in cfg.targets) for p in proxies])
+        starts = np.vstack([w[order[:3]], [plan["natural"], plan["uniform"]]])
+        picked, predicted = pick({n: fit_of(f) for n, f in fits.items()}, {t.name: t.weight for t in cfg.targets},
+                                 lo, hi, starts)
+        pick_path = write_pick_yaml(cfg, plan["sources"], picked, out)
+        proof = {}
+        if cfg.proof.enabled:
+            arms = _arms(cfg, plan, picked)
+            for seed in cfg.proof.seeds:
+                for arm, aw in arms.items():
+                    rec = _job(out, out / "proof" / f"{arm}_seed{seed}.json", aw, seed,
+                               runner(aw, seed, cfg.proof_tokens), f"proof {arm} seed {seed}", say)
+                    proof.setdefault(arm, {})[seed] = rec
+        verdicts = _verdicts(cfg, proof, targets) if proof else {}
+        report = {"name": cfg.name, "config": cfg.model_dump(mode="json"), "plan": plan, "proxies": [
+                      {k: v for k, v in p.items()} | {"targets": {n: {k: x for k, x in r.items() if not k.startswith("doc_")}
+                                                      for n, r in p["targets"].items()}} for p in proxies],
+                  "fits": fits, "pick": {"weights": dict(zip(plan["sources"], picked.tolist())),
+                                         "predicted": predicted, "mix_yaml": str(pick_path)},
+                  "decontamination": decontam, "verdicts": verdicts,
+                  "proof": {arm: {str(s): {k: v for k, v in r.items() if k != "targets"} | {
+                      "targets": {n: x["value"] for n, x in r["targets"].items()}} for s, r in runs.items()}
+                      for arm, runs in proof.items()}}
+        write_report(out, report)
+    say(f"[search] done in {time.perf_counter() - t0:.1f} s this session")
+    say(f"[search] pick: {', '.join(f'{n} {x:.3f}' for n, x in zip(plan['sources'], picked))} -> {pick_path}")
+    return report
+
+
+__all__ = ["FolderError", "SearchError", "dry_run", "run_search"]
