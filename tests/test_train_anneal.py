@@ -104,3 +104,8 @@ def test_decontamination_removes_overlapping_eval_documents(base_run):
     assert d["details"]["exact_overlap"] == 2 and d["details"]["near_overlap"] == 1
     assert sorted(r["index"] for r in d["details"]["removed"]) == [len(clean), len(clean) + 1, len(clean) + 2]
     assert report["sources"]["clean"]["documents"] == len(clean)
+    # 3 of 25 removed (12 %) is more than max_eval_loss_share (10 %): warned, naming the arm that holds them
+    assert d["removed_by_arm"]["candidate"] == 3
+    assert report["warnings"] == [d["warning"]] and "candidate arm holds 3" in d["warning"]
+    md = (root / "anneal_decontam" / "report.md").read_text()
+    assert f"**Warning**: {d['warning']}." in md and "| candidate 3, control " in md

@@ -5,6 +5,7 @@ are kept."""
 import numpy as np
 import pytest
 
+from cuvee.train.anneal import AnnealConfig, _clean_eval_sets
 from cuvee.train.decontam import (
     _hasher,
     decontaminate,
@@ -225,3 +226,30 @@ def test_containment_ngram_follows_the_tokenizer():
     assert default_containment_ngram({}) == 13
     with pytest.raises(ValueError, match="containment"):
         decontaminate({}, [], containment=1.5)
+
+
+def test_anneal_report_names_the_arm_and_warns(pieces, capsys):
+    """cuvee anneal's eval hygiene (before any training): each removed document is attributed to the arm(s)
+    whose training data holds it, and a set losing more than max_eval_loss_share is warned about."""
+    ac = AnnealConfig(checkpoint="unused.pt", candidate=[pieces["sources"][0]], control=[pieces["sources"][1]],
+                      tokens=1, eval={"ev": pieces["eval"]["ev"]}, eval_docs=9)
+    keep, info = _clean_eval_sets(ac, {"ev": open_shards(pieces["eval"]["ev"])}, say=print)
+    assert keep["ev"].tolist() == [3, 5, 6, 7, 8]
+    d = info["ev"]
+    assert (d["pool"], d["overlap"], d["scored"]) == (9, 4, 5)
+    assert d["removed_by_arm"] == {"candidate": 4, "control": 1}  # doc 4 is half in each arm: both
+    assert {r["index"]: r["arms"] for r in d["details"]["removed"]} == {
+        0: ["candidate"], 1: ["candidate"], 2: ["candidate"], 4: ["candidate", "control"]}
+    assert [s["arms"] for s in d["train_sources"]] == [["candidate"], ["control"]]
+    assert "lost 4 of its 9 documents (44 %" in d["warning"] and "candidate arm holds 4, control arm 1" in d["warning"]
+    assert "candidate and control arms contain eval data" in d["warning"]
+    err = capsys.readouterr().err
+    assert err.count("WARNING") == 1 and "candidate arm holds 4" in err
+
+    ac = AnnealConfig(checkpoint="unused.pt", candidate=[pieces["sources"][0]], control=[pieces["sources"][0]],
+                      tokens=1, eval={"ev": pieces["eval"]["ev"]}, eval_docs=9, max_eval_loss_share=0.5)
+    _, info = _clean_eval_sets(ac, {"ev": open_shards(pieces["eval"]["ev"])}, say=print)
+    assert info["ev"]["warning"] is None and "WARNING" not in capsys.readouterr().err
+    # one source shared by both arms is scanned once and counted for both
+    assert info["ev"]["removed_by_arm"] == {"candidate": 3, "control": 3}
+    assert [s["arms"] for s in info["ev"]["train_sources"]] == [["candidate", "control"]]

@@ -13,8 +13,10 @@ verdict measures rather than assumes. ``order: mix`` is refused with several see
 the same order and the seed noise would be invisible.
 
 Before any training each eval set is deduplicated (exact token-id duplicates within the set) and, when
-:mod:`cuvee.train.decontam` is available, decontaminated against both arms' training sources (exact +
-near-duplicate); removed documents are counted in the report and never scored.
+:mod:`cuvee.train.decontam` is available, decontaminated against both arms' training sources (exact,
+near-duplicate, and containment: most of its n-grams inside the arm's documents); removed documents are counted
+in the report per arm that holds them and never scored, and a set that loses more than
+``max_eval_loss_share`` of its pool is warned about (report and stderr).
 
 Verdict per eval source (:func:`cuvee.train.verdict.compare`): paired t over seeds widened by the eval-document
 noise; 95 % interval, p, MDE at 80 % power, one of "candidate better" / "control better" / "no difference
@@ -32,7 +34,10 @@ Report (``run_anneal`` returns it; also ``report.json`` and ``report.md`` in the
   ``documents`` (scored), ``beyond_noise`` (verdict is better/worse);
 * ``decontamination``: eval source -> ``pool`` (first ``eval_docs`` documents), ``duplicates`` (exact repeats
   within the set, removed), ``overlap`` (removed as overlapping training data, or None when no check ran),
-  ``scored``, ``method``, ``details`` (decontam report when available);
+  ``removed_by_arm`` (candidate / control: how many removed documents each arm's training data holds; a
+  document in both counts in both), ``scored``, ``warning`` (a sentence when the set lost more than
+  ``max_eval_loss_share`` of its pool, also on stderr; else None), ``method``, ``details`` (decontam report:
+  each removed document's ``sources`` and ``arms``); ``warnings``: every such sentence;
 * ``shares``: arm -> {``method`` ("loader: realised over the steps trained" or "manifest fallback: ..."),
   ``shares`` {mix source: token share}, ``tokens``};
 * ``averaging``: arm -> seed -> {``steps`` averaged, ``total_steps``, ``span`` (fraction of the anneal),
@@ -48,6 +53,7 @@ every seed's run folder is bound on its own, so adding seeds to an inconclusive 
 from __future__ import annotations
 
 import math
+import sys
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Literal
@@ -100,6 +106,11 @@ class AnnealConfig(_Strict):
     alpha: float = Field(0.05, gt=0, lt=1)
     decontaminate: bool = True  # run cuvee.train.decontam (when present) before training
     decontam_threshold: float = Field(0.8, gt=0, le=1)
+    # containment (cuvee.train.decontam): an eval document is removed when an arm's training data holds this
+    # share of its distinct n-grams (embedded, split into pieces, half copied); None: whole-document checks only
+    containment: float | None = Field(0.3, gt=0, le=1)
+    containment_ngram: int | None = Field(None, ge=2, le=4096)  # None: 13 tokens, 50 for byte-level tokenizers
+    max_eval_loss_share: float = Field(0.1, ge=0, le=1)  # warn when an eval set loses more than this share
     bootstrap: int = Field(2000, ge=100)  # unused since the analytic paired verdict; kept so old configs load
     # lm-evaluation-harness tasks (shipped names or task YAML paths) run offline on each averaged model,
     # exported to Hugging Face format; reported per arm and seed next to bits per byte
@@ -160,7 +171,8 @@ def _arm_config(ac: AnnealConfig, state: dict, arm: str, paths: list[str], seed:
 
 
 _NOT_BOUND = ("name", "out_dir", "threads", "eval", "eval_docs", "bootstrap", "seeds", "equivalence_margin",
-              "alpha", "decontaminate", "decontam_threshold", "downstream", "downstream_limit", "allow_task_code")
+              "alpha", "decontaminate", "decontam_threshold", "containment", "containment_ngram",
+              "max_eval_loss_share", "downstream", "downstream_limit", "allow_task_code")
 
 
 def _downstream(ac: AnnealConfig, model, mcfg, state: dict, run_dir: Path) -> dict:
@@ -271,8 +283,16 @@ def _clean_eval_sets(ac: AnnealConfig, eval_sets: dict, say) -> tuple[dict[str, 
                                 "(cuvee.train.decontam not available or decontaminate: false)", "details": None}
     decontaminate = _decontam() if ac.decontaminate else None
     if decontaminate is not None:
-        train_sources = _train_paths(ac.candidate) + _train_paths(ac.control)
-        clean, details = decontaminate(eval_sets, train_sources, max_docs=ac.eval_docs, threshold=ac.decontam_threshold)
+        arms_of: dict[str, list[str]] = {}  # training source -> the arms holding it (a shared part: both)
+        for arm, paths in (("candidate", ac.candidate), ("control", ac.control)):
+            for path in _train_paths(paths):
+                arms_of.setdefault(path, []).append(arm)
+        train_sources = list(arms_of)
+        clean, details = decontaminate(eval_sets, train_sources, max_docs=ac.eval_docs, threshold=ac.decontam_threshold,
+                                       containment=ac.containment, containment_ngram=ac.containment_ngram)
+        for src, path in zip(details["train_sources"], train_sources):
+            src["arms"] = arms_of[path]
+        contained = (f" + containment >= {ac.containment} of the document's n-grams" if ac.containment else "")
         for name in eval_sets:
             allowed = {int(i) for i in clean.get(name, range(pools[name]))}
             before = len(keep[name])
@@ -280,7 +300,11 @@ def _clean_eval_sets(ac: AnnealConfig, eval_sets: dict, say) -> tuple[dict[str, 
             info[name]["overlap"] = before - len(keep[name])
             info[name]["method"] = (f"exact duplicates within the set removed; documents overlapping either arm's "
                                     f"training sources removed (cuvee.train.decontam, exact + near-duplicate, "
-                                    f"threshold {ac.decontam_threshold})")
+                                    f"threshold {ac.decontam_threshold}{contained})")
+            removed = [r for r in details["eval_sets"][name].get("removed", []) if "sources" in r]
+            for r in removed:
+                r["arms"] = sorted({a for si in r["sources"] for a in arms_of[train_sources[si]]})
+            info[name]["removed_by_arm"] = {arm: sum(arm in r["arms"] for r in removed) for arm in ("candidate", "control")}
             per_set = {k: v for k, v in details["eval_sets"][name].items() if k != "removed"}
             per_set["removed"] = details["eval_sets"][name].get("removed", [])[:50]  # the first 50, for reading
             info[name]["details"] = per_set
@@ -289,12 +313,37 @@ def _clean_eval_sets(ac: AnnealConfig, eval_sets: dict, say) -> tuple[dict[str, 
             info[name]["parameters"] = details.get("parameters")
     for name in eval_sets:
         info[name]["scored"] = len(keep[name])
+        info[name]["warning"] = _loss_warning(name, info[name], ac.max_eval_loss_share)
+        if info[name]["warning"]:
+            print(f"[anneal] WARNING: {info[name]['warning']}", file=sys.stderr, flush=True)
         if not len(keep[name]):
             raise ValueError(f"eval source {name!r}: no documents left after dedup/decontamination")
         i = info[name]
+        by_arm = i.get("removed_by_arm")
+        arms = f" (candidate {by_arm['candidate']}, control {by_arm['control']})" if by_arm else ""
         say(f"[anneal] eval {name}: {i['pool']} documents, {i['duplicates']} duplicates, "
-            f"{i['overlap'] if i['overlap'] is not None else 'unchecked'} overlapping training data, {i['scored']} scored")
+            f"{i['overlap'] if i['overlap'] is not None else 'unchecked'} overlapping training data{arms}, "
+            f"{i['scored']} scored")
     return keep, info
+
+
+def _loss_warning(name: str, info: dict, max_share: float) -> str | None:
+    """One sentence when the eval set lost more than ``max_share`` of its pool, naming the arms that hold
+    the removed documents; None otherwise."""
+    lost = info["pool"] - info["scored"]
+    if not info["pool"] or lost / info["pool"] <= max_share:
+        return None
+    text = (f"eval source {name!r} lost {lost} of its {info['pool']} documents ({100 * lost / info['pool']:.0f} %, "
+            f"more than max_eval_loss_share {100 * max_share:.0f} %): {info['duplicates']} duplicates within the set, "
+            f"{info['overlap'] if info['overlap'] is not None else 'unchecked'} overlapping training data")
+    by_arm = info.get("removed_by_arm")
+    if by_arm:
+        text += f" (candidate arm holds {by_arm['candidate']}, control arm {by_arm['control']})"
+        holders = [arm for arm in ("candidate", "control") if by_arm[arm]]
+        if holders:
+            text += (f"; the {' and '.join(holders)} arm{'s' if len(holders) > 1 else ''} contain{'' if len(holders) > 1 else 's'}"
+                     f" eval data, and the verdict is drawn on the {info['scored']} documents left")
+    return text
 
 
 # ---- what each arm saw -----------------------------------------------------------------------------------
@@ -384,6 +433,7 @@ def _run_anneal(ac: AnnealConfig, state: dict, quiet: bool) -> dict:
                           f"loader order ({ac.order}) and are scored on the same eval documents; the arms are "
                           f"separate mixer outputs, so their shared part is not read in the same document order"),
               "sources": {}, "decontamination": decontam, "shares": shares, "averaging": averaging,
+              "warnings": [d["warning"] for d in decontam.values() if d.get("warning")],
               "averaging_text": f"last {len(first['steps'])} checkpoints averaged per run: {first['text']}"}
     for name in eval_sets:
         unit, den = denoms[name]
@@ -430,6 +480,7 @@ def render_markdown(report: dict) -> str:
          f"{c['tokens']:,} tokens per run; paired seeds {report['seeds']}; {report['averaging_text']}."),
         f"Candidate: `{', '.join(c['candidate'])}`. Control: `{', '.join(c['control'])}`.",
         f"Pairing: {report['pairing']}.", "",
+        *[f"**Warning**: {w}.\n" for w in report.get("warnings", [])],
         "Effect = control − candidate (positive: the candidate is better), per seed on the same documents, then "
         "averaged. 95 % interval: paired t over seeds widened by eval-document noise (cuvee/train/verdict.py); "
         "MDE = smallest effect found with 80 % power at this many seeds and documents. "
@@ -444,11 +495,13 @@ def render_markdown(report: dict) -> str:
                      f"[{_fmt(lo)}, {_fmt(hi)}] | {_fmt(s['p_value'], '.2g')} | {_fmt(s['mde'], '.4f')} | "
                      f"{s['seeds_candidate_better']}/{s['n_seeds']} | {s['verdict']} |")
     lines += ["", "Why:"] + [f"- **{name}**: {s['verdict']} - {s['reason']}." for name, s in report["sources"].items()]
-    lines += ["", "| eval source | pool | exact duplicates removed | overlapping training data removed | scored |",
-              "|---|---|---|---|---|"]
+    lines += ["", "| eval source | pool | exact duplicates removed | overlapping training data removed | held by arm | scored |",
+              "|---|---|---|---|---|---|"]
     for name, d in report["decontamination"].items():
+        by_arm = d.get("removed_by_arm")
+        held = f"candidate {by_arm['candidate']}, control {by_arm['control']}" if by_arm else "n/a"
         lines.append(f"| {name} | {d['pool']} | {d['duplicates']} | "
-                     f"{d['overlap'] if d['overlap'] is not None else 'not checked'} | {d['scored']} |")
+                     f"{d['overlap'] if d['overlap'] is not None else 'not checked'} | {held} | {d['scored']} |")
     lines += ["", "Mix sources seen by each arm (token shares):", ""]
     for arm, sh in report["shares"].items():
         parts = ", ".join(f"{k} {100 * v:.1f} %" for k, v in sh["shares"].items()) or "unknown"
