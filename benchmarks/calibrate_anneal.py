@@ -112,8 +112,9 @@ def run_pipeline(work: Path) -> dict:
     return {"kept": kept, "dropped": dropped, "per_stage": per_stage}
 
 
-def prepare(work: Path, chunk: int) -> dict:
-    """Shared data: default pool, base shards, eval shards, null source, kept/dropped (cached in <work>/data)."""
+def prepare(work: Path, chunk: int, shards_only: bool = False) -> dict | None:
+    """Shared data: default pool, base shards, eval shards, null source, kept/dropped (cached in <work>/data);
+    ``shards_only``: the base and eval shards alone (all the decontamination check reads)."""
     data = work / "data"
     rows = load_wcxb()
     train_rows, heldout = split_heldout(rows)
@@ -134,6 +135,8 @@ def prepare(work: Path, chunk: int) -> dict:
         write_shards(data / "base", "base", [enc(t) for _, t in base])
     if not (data / "heldout" / "manifest.json").exists():
         write_shards(data / "heldout", "heldout", [enc(t) for _, t in held])
+    if shards_only:
+        return None
     pipe = run_pipeline(work)
     return {"default": chunks([t for _, t in base], chunk), "null_source": null_src,
             "kept": chunks(pipe["kept"], chunk), "dropped": chunks(pipe["dropped"], chunk),
@@ -224,36 +227,61 @@ def run_rep(job: dict) -> dict:
 
 
 # ---- decontamination positive control -------------------------------------------------------------------
+DECONTAM_CASES = ("exact", "near", "pieces", "embedded", "half")  # 5 eval pages each, in this order
+
+
 def decontam_check(work: Path, chunk: int, eval_docs: int) -> dict:
     """Does the check the anneal report runs catch planted overlap? A training source of 200 default pages plus
-    5 eval pages copied exactly, 5 eval pages with their last 10 % cut off (near-duplicates) and 5 eval pages cut
-    into ``chunk``-byte pieces (the form the calibration arms use), run through cuvee.train.decontam exactly as
-    ``run_anneal`` calls it. No training."""
+    5 eval pages each: copied exactly, with their last 10 % cut off (near-duplicates), cut into ``chunk``-byte
+    pieces (the form the calibration arms use; each piece its own training document, shuffled among the
+    others), embedded between two default pages in one training document, and their first half only; run
+    through cuvee.train.decontam with AnnealConfig's defaults, as ``run_anneal`` calls it. The other
+    ``eval_docs`` - 25 eval pages are planted nowhere: any of them removed is a false positive. No training."""
+    from cuvee.train.anneal import AnnealConfig
     from cuvee.train.decontam import decontaminate
     from cuvee.train.shards import open_shards
 
     held = open_shards(str(work / "data" / "heldout"))
     base = open_shards(str(work / "data" / "base"))
     docs = [np.asarray(base.document(i)) for i in range(200)]
-    ev = [np.asarray(held.document(i)) for i in range(15)]
-    exact = ev[:5]
-    near = [d[: int(0.9 * len(d))] for d in ev[5:10]]
-    pieces = [d[i:i + chunk] for d in ev[10:15] for i in range(0, len(d) - chunk + 1, chunk)]
+    ev = [np.asarray(held.document(i)) for i in range(25)]
+    planted = [d.copy() for d in ev[:5]]
+    planted += [d[: int(0.9 * len(d))] for d in ev[5:10]]
+    planted += [d[i:i + chunk] for d in ev[10:15] for i in range(0, len(d) - chunk + 1, chunk)]
+    planted += [np.concatenate([docs[k], d, docs[k + 1]]) for k, d in enumerate(ev[15:20])]
+    planted += [d[: len(d) // 2] for d in ev[20:25]]
+    random.Random(0).shuffle(planted)
     src = work / "data" / "contaminated"
     if src.exists():
         shutil.rmtree(src)
-    write_shards(src, "contaminated", docs + exact + near + pieces)
+    write_shards(src, "contaminated", docs + planted)
+    defaults = AnnealConfig.model_fields
     t0 = time.perf_counter()
-    keep, rep = decontaminate({"heldout": str(work / "data" / "heldout")}, [str(src)], max_docs=eval_docs, threshold=0.8)
+    keep, rep = decontaminate({"heldout": str(work / "data" / "heldout")}, [str(src)], max_docs=eval_docs,
+                              threshold=defaults["decontam_threshold"].default,
+                              containment=defaults["containment"].default,
+                              containment_ngram=defaults["containment_ngram"].default)
     e = rep["eval_sets"]["heldout"]
     removed = {int(r["index"]): r.get("reason") for r in e.get("removed", [])}
-    out = {"planted": {"exact (eval docs 0-4)": 5, "near, last 10 % cut (5-9)": 5, f"{chunk}-byte pieces (10-14)": 5},
-           "exact_overlap": e.get("exact_overlap"), "near_overlap": e.get("near_overlap"), "kept": len(keep["heldout"]),
-           "removed": removed, "caught_exact": sum(i in removed for i in range(5)),
-           "caught_near": sum(i in removed for i in range(5, 10)), "caught_pieces": sum(i in removed for i in range(10, 15)),
-           "seconds": time.perf_counter() - t0}
+    caught = {case: sum(i in removed for i in range(5 * k, 5 * k + 5)) for k, case in enumerate(DECONTAM_CASES)}
+    out = {"planted": {"exact (eval docs 0-4)": 5, "near, last 10 % cut (5-9)": 5, f"{chunk}-byte pieces (10-14)": 5,
+                       "embedded between two pages (15-19)": 5, "first half only (20-24)": 5},
+           "exact_overlap": e.get("exact_overlap"), "near_overlap": e.get("near_overlap"),
+           "contained_overlap": e.get("contained_overlap"), "kept": len(keep["heldout"]), "removed": removed,
+           "false_positives": sorted(i for i in removed if i >= 25 and removed[i] != "duplicate_within_eval"),
+           "parameters": {k: rep["parameters"][k] for k in ("threshold", "containment", "containment_ngram")},
+           **{f"caught_{case}": n for case, n in caught.items()}, "seconds": time.perf_counter() - t0}
     shutil.rmtree(src, ignore_errors=True)
     return out
+
+
+def decontam_line(check: dict, chunk: int, eval_docs: int) -> str:
+    caught = ", ".join(f"{case} {check[f'caught_{case}']}/5" for case in DECONTAM_CASES)
+    return (f"Decontamination positive control (eval pool {eval_docs}): planted 5 exact + 5 near (last 10 % cut) + 5 cut "
+            f"into {chunk}-byte pieces + 5 embedded between two pages + 5 first halves -> caught {caught}; "
+            f"false positives {len(check['false_positives'])}/{max(eval_docs - 25, 0)} unplanted (report: exact_overlap "
+            f"{check['exact_overlap']}, near_overlap {check['near_overlap']}, contained_overlap "
+            f"{check['contained_overlap']}; {check['parameters']}; {check['seconds']:.1f} s)")
 
 
 # ---- statistics ------------------------------------------------------------------------------------------
@@ -336,11 +364,21 @@ def main(argv=None) -> int:
     ap.add_argument("--fresh", action="store_true", help="recompute cached repetition results")
     ap.add_argument("--decontam-check", action="store_true",
                     help="also plant overlap in a training source and report what cuvee.train.decontam catches")
+    ap.add_argument("--decontam-only", action="store_true",
+                    help="only the decontamination positive control (eval and base shards, no pipeline run or training)")
     ap.add_argument("--out", default=None, help="write rows + summary JSON here (default <work>/summary.json)")
     a = ap.parse_args(argv)
 
     work = Path(a.work).resolve()
     t_all = time.perf_counter()
+    if a.decontam_only:
+        prepare(work, a.chunk, shards_only=True)
+        check = decontam_check(work, a.chunk, a.eval_docs)
+        print(decontam_line(check, a.chunk, a.eval_docs))
+        print(f"[calibrate] total wall {time.perf_counter() - t_all:.0f} s, load average {os.getloadavg()[0]:.1f}")
+        out = Path(a.out) if a.out else work / "decontam_check.json"
+        out.write_text(json.dumps({"args": vars(a), "decontam_check": check}, indent=1))
+        return 0
     shared = prepare(work, a.chunk)
     ckpt = base_checkpoint(work, shared["base"])
     print(f"[calibrate] default pool {len(shared['default'])} chunks ({shared['base_docs']} pages), null source "
@@ -402,10 +440,7 @@ def main(argv=None) -> int:
     check = None
     if a.decontam_check:
         check = decontam_check(work, a.chunk, a.eval_docs)
-        summary += (f"\nDecontamination positive control (eval pool {a.eval_docs}): planted 5 exact + 5 near (last 10 % cut) "
-                    f"+ 5 cut into {a.chunk}-byte pieces -> caught exact {check['caught_exact']}/5, near "
-                    f"{check['caught_near']}/5, pieces {check['caught_pieces']}/5 (report: exact_overlap "
-                    f"{check['exact_overlap']}, near_overlap {check['near_overlap']}; {check['seconds']:.1f} s)")
+        summary += "\n" + decontam_line(check, a.chunk, a.eval_docs)
     total = time.perf_counter() - t_all
     print("\n" + summary)
     print(f"\n[calibrate] total wall {total:.0f} s on {os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
