@@ -47,6 +47,7 @@ from datatrove.pipeline.base import PipelineStep
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from cuvee.classifiers.scoring import CorpusPhaseStep
+from cuvee.pipeline.recipe import RecipeError
 from cuvee.pipeline.registry import (
     Barrier,
     BuildContext,
@@ -114,6 +115,9 @@ class QualityEnsembleParams(StageParams):
 
     def metadata_fields(self) -> dict[str, str]:
         return {self.bucket_key: "int64", **{m.percentile_key: "double" for m in self.members}}
+
+    def required_metadata(self) -> dict[str, tuple[str, ...]]:
+        return {m.key: ("double", "int64") for m in self.members}
 
 
 def _finite_score(value) -> float | None:
@@ -189,8 +193,8 @@ class EnsembleDistribution(CorpusPhaseStep):
                                    f"found {len(files)}")
             merged = np.sort(np.concatenate([np.load(f) for f in files]), kind="stable")
             counts[key] = int(merged.size)
-            if merged.size == 0:
-                raise RuntimeError(f"{self.stage}: no document has a numeric {key!r}{_did_you_mean(key, root / 'keys')}")
+            if merged.size == 0:  # the recipe names a key the documents lack: the user's to fix, in one line
+                raise RecipeError(f"{self.stage}: no document has a numeric {key!r}{_did_you_mean(key, root / 'keys')}")
             _save_atomic(out / f"{i}.npy", merged)
         info = {"members": counts, "documents": max(counts.values())}
         (out / "info.json").write_text(json.dumps(info))

@@ -8,6 +8,7 @@ intermediate files. Each job remembers which recipe stage every step came from, 
 
 from __future__ import annotations
 
+import difflib
 import glob as _glob
 import os
 from collections import Counter
@@ -195,6 +196,31 @@ def declared_metadata(recipe: Recipe) -> dict[str, str]:
     return out
 
 
+def check_required_metadata(recipe: Recipe) -> None:
+    """On crawl input (documents carry no scores of their own), every metadata key a stage reads must be declared
+    by an earlier stage with a type the stage accepts, unless an escape-hatch stage came first. JSON lines and
+    Parquet input may carry any key: the stage itself checks what the documents hold."""
+    if recipe.input.reader_format() in ("jsonl", "parquet"):
+        return
+    declared: dict[str, str] = {}
+    problems = []
+    for i, entry in enumerate(recipe.stage_entries):
+        for key, types in entry.params.required_metadata().items():
+            where = f"stages[{i}]({entry.name})"
+            if key not in declared:
+                close = difflib.get_close_matches(key, sorted(declared), n=1)
+                hint = (f"; did you mean {close[0]!r}?" if close else
+                        f" (earlier stages write: {', '.join(sorted(declared)) or 'nothing'})")
+                problems.append(f"{where}: metadata {key!r} is written by no earlier stage{hint}")
+            elif types and declared[key] not in types:
+                problems.append(f"{where}: metadata {key!r} is {declared[key]}, this stage needs {' or '.join(types)}")
+        if entry.params.writes_any_metadata:
+            return
+        declared.update(entry.params.metadata_fields())
+    if problems:
+        raise RecipeError("; ".join(problems))
+
+
 COPY_FREE = True  # dedup barriers re-read and replay instead of writing a corpus copy where that is exact
 
 
@@ -249,6 +275,7 @@ def stage_builds(recipe: Recipe, run_dir: Path) -> list[StageBuild]:
 
 def compile_recipe(recipe: Recipe, run_dir: Path | None = None) -> list[Job]:
     """The recipe's jobs: its readers, stages, output summary and writer, cut at every barrier."""
+    check_required_metadata(recipe)
     run_dir = Path(run_dir or recipe.resolved_run_dir())
     tail = [(SUMMARY, "output", OutputSummary(recipe.output.route_by)),
             (WRITER, "writer", output_writer(recipe.output.path or str(run_dir / "output"), recipe.output.format,

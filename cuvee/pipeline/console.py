@@ -25,6 +25,15 @@ MAX_CONSOLE_WARNINGS = 20  # per process; the task log files have all of them
 _FORMAT = "{time:YYYY-MM-DD HH:mm:ss.SSS} | <level>{level: <8}</level> | {name}:{function}:{line} - <level>{message}</level>"
 
 
+def _recipe_error(record) -> bool:
+    """A task failed on a recipe error: its message is the whole story and the CLI prints it as its one line,
+    so the console skips the record (the task log files keep it, with the traceback)."""
+    from cuvee.pipeline.recipe import RecipeError
+
+    exc = record["exception"]
+    return exc is not None and isinstance(exc.value, RecipeError)
+
+
 class _Cap:
     """A loguru filter that lets the first ``limit`` records through, then says once where the rest are."""
 
@@ -56,7 +65,8 @@ def install_quiet(where: str = "the run folder's logs/") -> None:
     cap = _Cap(MAX_CONSOLE_WARNINGS, where)
 
     def console_sink():
-        logger.add(sys.stderr, level="WARNING", filter=cap, colorize=dlog.DATATROVE_COLORIZE_LOGS, format=_FORMAT)
+        logger.add(sys.stderr, level="WARNING", filter=lambda r: not _recipe_error(r) and cap(r),
+                   colorize=dlog.DATATROVE_COLORIZE_LOGS, format=_FORMAT)
 
     def setup_default_logger():
         logger.remove()

@@ -78,6 +78,8 @@ class DatatroveParams(StageParams):
     step: str = Field(description="import path of a datatrove PipelineStep, e.g. datatrove.pipeline.filters.LambdaFilter")
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
+    writes_any_metadata = True  # a datatrove step may add any metadata key
+
     @field_validator("step")
     @classmethod
     def _importable(cls, v: str) -> str:

@@ -16,7 +16,7 @@ import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -38,6 +38,13 @@ class StageParams(BaseModel):
         """Metadata keys this stage writes, with their Parquet types ("string", "double", "int64", "bool"):
         they become typed fields of the output's ``metadata`` struct (see ``cuvee.pipeline.writers``)."""
         return {}
+
+    def required_metadata(self) -> dict[str, tuple[str, ...]]:
+        """Metadata keys this stage reads, each with the Parquet types it accepts (empty: any). On crawl input
+        the compiler requires an earlier stage to declare each one, so a typo fails before any work."""
+        return {}
+
+    writes_any_metadata: ClassVar[bool] = False  # True for the escape hatch: it may write keys it cannot declare
 
 
 def _type_name(annotation: Any) -> str:
