@@ -49,6 +49,33 @@ def table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(out)
 
 
+def _number(v: Any, fmt: str = "{:.2f}") -> str:
+    """A manifest number formatted, or the value escaped as code when it is not one (manifests are not trusted)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return fmt.format(v)
+    return "–" if v is None else code(v)
+
+
+def _selections(selections: Any) -> list[str]:
+    """A table per source with ``selections:``: each selection's where, weight, realised share and epochs."""
+    if not isinstance(selections, dict) or not selections:
+        return []
+    lines = ["\nSelections (`where:` on document metadata; each selection is blended as a source of its own, "
+             "named source.selection above):"]
+    for source, info in selections.items():
+        info = info if isinstance(info, dict) else {}
+        rows = [[code(sel.get("name")), code(_fmt_param(sel.get("where"))),
+                 _number(sel.get("weight"), "{:.3f}"), _number(sel.get("realised_share"), "{:.2%}"),
+                 _number(sel.get("epochs")), _number(sel.get("max_epochs")), _number(sel.get("documents"), "{:,}"),
+                 _number(sel.get("realised_tokens"), "{:,}")]
+                for sel in info.get("selections") or [] if isinstance(sel, dict)]
+        lines.append(f"\nSource {code(source)}: {_number(info.get('documents_read'), '{:,}')} documents read, "
+                     f"{_number(info.get('documents_left_out'), '{:,}')} taken by no selection (left out).\n")
+        lines.append(table(["selection", "where", "weight", "realised share", "epochs", "max epochs", "documents",
+                            "realised tokens"], rows))
+    return lines
+
+
 def _fmt_param(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         s = ", ".join(map(str, v[:6])) + (f", … ({len(v)} items)" if len(v) > 6 else "")
@@ -350,6 +377,7 @@ class CardWriter:
             + (f", config SHA-256 {code(m['config_sha256'])}" if m.get("config_sha256") else "")
             + ". Token counts in this section are exact (counted by the mixer's tokenizer)."
         )
+        lines += _selections(m.get("selections"))
         if shards:
             lines.append("\n" + table(["shard", "documents", "tokens"], [[code(s.get('prefix')), n(s.get("documents")), n(s.get("tokens"))] for s in shards[:50]]))
         return "\n".join(lines) + "\n"
