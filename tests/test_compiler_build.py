@@ -31,7 +31,9 @@ from cuvee.pipeline.registry import (
 
 # parameters for the registered stages that have required ones and build without a model
 REQUIRED = {"datatrove": {"step": "datatrove.pipeline.filters.SamplerFilter", "kwargs": {"rate": 0.5}},
-            "sample": {"rate": 0.5}, "topic_sampler": {"rates": {"news": 0.5}}, "language": {"languages": ["en"]}}
+            "sample": {"rate": 0.5}, "topic_sampler": {"rates": {"news": 0.5}}, "language": {"languages": ["en"]},
+            "decontaminate": {"eval_sets": [{"task": "cuvee_wcxb_cloze"}]},
+            "quality_ensemble": {"members": ["quality_score"]}}
 NEEDS_A_MODEL = {"perplexity", "transformer_quality", "fasttext_quality"}
 
 
