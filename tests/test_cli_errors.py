@@ -71,6 +71,10 @@ CASES = [
     ("anneal", ["{d}/list.yaml"]),
     ("eval-downstream", ["{d}/nope", "--task", "x"]),
     ("eval-downstream", ["{d}/userdir", "--task", "no_such_task"]),
+    ("rephrase", ["{d}/nope.jsonl", "-o", "{d}/r", "-p", "wikipedia", "-m", "{d}/no_model"]),
+    ("rephrase", ["{d}/docs.jsonl", "-o", "{d}/r", "-p", "wikipedai", "-m", "{d}/no_model"]),
+    ("rephrase", ["{d}/docs.jsonl", "-o", "{d}/userdir", "-p", "wikipedia", "-m", "x",
+                  "--endpoint", "http://127.0.0.1:9/v1"]),
     ("demo", ["--run-dir", "{d}/userdir"]),
     ("demo", ["--run-dir", "{d}/notes.txt"]),
 ]
