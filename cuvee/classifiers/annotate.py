@@ -87,9 +87,8 @@ def load_prompt(name_or_path: str) -> PromptTemplate:
 def read_score(answer: str | None, pattern: str = DEFAULT_SCORE_PATTERN, max_score: float = 5) -> tuple[int | None, str | None]:
     """The LAST ``Educational score: N`` in the answer as (score, None), or (None, why): ``unparsed`` (no score
     stated), ``out_of_range`` (outside 0..max_score, or on another scale such as ``7/10``), ``not_integer``."""
-    last = None
-    for last in re.finditer(pattern, answer or "", flags=re.IGNORECASE):
-        pass
+    matches = list(re.finditer(pattern, answer or "", flags=re.IGNORECASE))
+    last = matches[-1] if matches else None
     if last is None:
         return None, "unparsed"
     number, tail = last.group(1), answer[last.end():]

@@ -28,7 +28,7 @@ class Examples:
     def __len__(self) -> int:
         return len(self.texts)
 
-    def split(self, valid_fraction: float, seed: int = 0) -> tuple["Examples", "Examples"]:
+    def split(self, valid_fraction: float, seed: int = 0) -> tuple[Examples, Examples]:
         """Random, stratified-by-label train / held-out split (deterministic for a seed)."""
         rng = random.Random(seed)
         by_label: dict = {}

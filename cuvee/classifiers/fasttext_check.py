@@ -92,7 +92,7 @@ def check_model_file(path: str | Path) -> None:
     path = str(path)
     try:
         size = os.path.getsize(path)
-        f = open(path, "rb")  # noqa: SIM115 - closed below; the reader keeps it open across helpers
+        f = open(path, "rb")  # closed below; the reader keeps it open across helpers
     except OSError as e:
         raise FastTextFileError(f"{path}: cannot read fastText model: {e.strerror or e}") from None
     with f:

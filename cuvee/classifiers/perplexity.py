@@ -260,7 +260,10 @@ class PerplexityScorer:
                 at += m
             seg[r, at:] = len(row)  # padding: its own segment, fully ignored
         dev = lm.device
-        t = lambda a: torch.from_numpy(a).to(dev)  # noqa: E731
+
+        def t(a):
+            return torch.from_numpy(a).to(dev)
+
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if dev.type == "cuda" else _null()
         with autocast:
             if lm.kind == "cuvee":

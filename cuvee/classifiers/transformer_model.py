@@ -44,7 +44,10 @@ def train_head(emb: np.ndarray, labels: list, task: str, epochs: int = 300, lr: 
         head = _head(x.shape[1], 1)
         with torch.no_grad():
             head.bias.fill_(float(y.mean()))
-        loss_fn = lambda out: torch.nn.functional.mse_loss(out.squeeze(-1), y)  # noqa: E731
+
+        def loss_fn(out):
+            return torch.nn.functional.mse_loss(out.squeeze(-1), y)
+
         classes = None
     else:
         classes = sorted(set(labels))
@@ -52,7 +55,10 @@ def train_head(emb: np.ndarray, labels: list, task: str, epochs: int = 300, lr: 
             raise ValueError(f"need at least two labels for a classification head, got {classes}")
         y = torch.tensor([classes.index(v) for v in labels])
         head = _head(x.shape[1], len(classes))
-        loss_fn = lambda out: torch.nn.functional.cross_entropy(out, y)  # noqa: E731
+
+        def loss_fn(out):
+            return torch.nn.functional.cross_entropy(out, y)
+
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=weight_decay)
     for _ in range(epochs):
         opt.zero_grad()

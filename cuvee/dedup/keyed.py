@@ -9,8 +9,8 @@ filter. The keep rule is therefore: highest ``p1``, then highest ``p2``, then sm
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from datatrove.pipeline.base import PipelineStep

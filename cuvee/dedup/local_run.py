@@ -74,7 +74,7 @@ def read_output(work_dir: Path, tasks: int) -> list[list[Document]]:
         path = Path(work_dir) / "output" / f"{r:05d}.jsonl"
         docs = []
         if path.exists():
-            with open(path, "rt", encoding="utf-8") as f:
+            with open(path, encoding="utf-8") as f:
                 docs = [Document(text=(row := json.loads(line))["text"], id=row["id"], metadata=row.get("metadata", {}))
                         for line in f]
         out.append(docs)

@@ -7,7 +7,7 @@ as ``no_key``.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import xxhash
 from pydantic import Field
@@ -32,14 +32,14 @@ def crawl_time(meta: dict) -> int:
         try:
             dt = datetime.fromisoformat(str(d).replace("Z", "+00:00"))
             if dt.tzinfo is None:
-                dt = dt.replace(tzinfo=timezone.utc)
+                dt = dt.replace(tzinfo=UTC)
             return int(dt.timestamp())
         except ValueError:
             pass
     snap = str(meta.get("cc_snapshot") or "")  # CC-MAIN-2024-22
     parts = snap.rsplit("-", 2)
     if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
-        return int(datetime(int(parts[1]), 1, 1, tzinfo=timezone.utc).timestamp()) + int(parts[2]) * 7 * 86400
+        return int(datetime(int(parts[1]), 1, 1, tzinfo=UTC).timestamp()) + int(parts[2]) * 7 * 86400
     return 0
 
 

@@ -170,7 +170,7 @@ def _machine_lock(path: Path):
     """An exclusive lock on ``path`` between the processes of this machine (none if it cannot be created)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(path, "a")  # noqa: SIM115 - held for the with-block
+        f = open(path, "a")  # held for the with-block
     except OSError:
         yield
         return

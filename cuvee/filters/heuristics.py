@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+from datatrove.data import Document
 from datatrove.pipeline.filters import (
     C4BadWordsFilter,
     C4QualityFilter,
@@ -30,7 +31,6 @@ from datatrove.pipeline.filters import (
     GopherQualityFilter,
     GopherRepetitionFilter,
 )
-from datatrove.data import Document
 from datatrove.pipeline.filters.c4_filters import CITATION_REGEX, ELLIPSIS, END_PUNCTUATION, POLICY_SUBSTRINGS
 from datatrove.pipeline.filters.gopher_repetition_filter import find_duplicates
 from datatrove.utils.text import PUNCTUATION_SET, split_into_sentences, split_into_words
@@ -259,7 +259,7 @@ class LocalC4BadWords(C4BadWordsFilter):
         alternation = "|".join(re.escape(w) for w in sorted(words))
         # same construction as datatrove: no word boundaries for scripts written without spaces
         self._badwords_regex[lang] = (re.compile(alternation) if lang in ("ja", "th", "zh")
-                                      else re.compile(r"(?:\W|^)({})(?:\W|$)".format(alternation)))
+                                      else re.compile(rf"(?:\W|^)({alternation})(?:\W|$)"))
         return self._badwords_regex[lang]
 
 

@@ -71,7 +71,7 @@ _CURRENCY = "$£€¥฿₽₹₩₪₫₴₦₱₲₵₸₺₼₾₿"
 _QUOTES = "'\"”“`‘´’‚„»«「」『』"
 _PUNCT = "…,:;!?¿¡()[]{}<>_#*&。？！，、；：～·।،۔؛٪（）〔〕【】《》〈〉⟦⟧"
 _SYMBOLS = r"\u00A6\u00A9\u00AE\u00B0\u2100-\u214F\u2190-\u21FF\u2300-\u23FF\u2500-\u27BF\u2B00-\u2BFF\U0001F000-\U0001FAFF"
-_cls = lambda s: re.escape(s)  # noqa: E731
+_cls = re.escape
 _PREFIX = re.compile(
     rf"^(?:US\$|C\$|A\$|\.\.+|[{_cls(_CURRENCY + _QUOTES + _PUNCT)}§%=—–]|\+(?![0-9])|[{_SYMBOLS}])"
 )

@@ -8,7 +8,7 @@ with no randomness, so the mix is reproducible and can be cut anywhere (e.g. an 
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 
 class SourceExhaustedError(RuntimeError):

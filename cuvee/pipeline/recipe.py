@@ -15,7 +15,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cuvee.pipeline.crawl import CommonCrawlInput
-
 from cuvee.pipeline.registry import StageParams, get_stage
 from cuvee.yaml_safe import YamlLoadError, load_yaml
 

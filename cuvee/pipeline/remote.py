@@ -144,7 +144,7 @@ class RetryingFile:
         except Exception:  # noqa: BLE001 - closing a broken remote handle must not hide the real outcome
             pass
 
-    def __enter__(self) -> "RetryingFile":
+    def __enter__(self) -> RetryingFile:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -12,14 +11,12 @@ from typing import Any
 import yaml
 from datatrove.utils.logging import logger
 
-from cuvee.folders import (MARKER, FolderError, FolderLock, bind, bind_check, claim, clean_stale_tmp, empty_owned,
-                           owner)
-
+from cuvee.folders import MARKER, FolderError, FolderLock, bind, bind_check, claim, clean_stale_tmp, empty_owned, owner
 from cuvee.pipeline.compiler import check_inputs, compile_recipe
 from cuvee.pipeline.console import PhaseProgress, quiet_datatrove
 from cuvee.pipeline.executors import build_chain, job_completed_ranks
-from cuvee.pipeline.recipe import LocalExecutorConfig, Recipe, SlurmExecutorConfig, load_recipe, parse_recipe
 from cuvee.pipeline.plan import build_plan, refuse_changed_inputs, run_folders
+from cuvee.pipeline.recipe import LocalExecutorConfig, Recipe, SlurmExecutorConfig, load_recipe, parse_recipe
 from cuvee.pipeline.stats import AccountingError, check_accounting, collect_stats, summary_table
 
 
@@ -84,7 +81,7 @@ def _run_locked(recipe: Recipe, plan: dict, progress: bool, wait: bool, verbose:
 
     jobs = compile_recipe(recipe, run_dir)
     executors = build_chain(jobs, recipe.executor, recipe.name)
-    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     local = isinstance(recipe.executor, LocalExecutorConfig)
     with quiet_datatrove(verbose, str(recipe.resolved_logging_dir())), PhaseProgress(jobs, progress and local):

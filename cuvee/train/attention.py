@@ -131,7 +131,10 @@ def doc_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: DocMa
         return flex_attention(q, k, v, block_mask=mask.block_mask, enable_gqa=gqa)
     if backend == "varlen":
         b, hq, s, d = q.shape
-        flat = lambda t: t.transpose(1, 2).reshape(b * s, t.shape[1], d)
+
+        def flat(t):
+            return t.transpose(1, 2).reshape(b * s, t.shape[1], d)
+
         kind, fn = _varlen_fn()
         cu, mx = mask.cu_seqlens, mask.max_seqlen
         if kind == "torch":

@@ -81,7 +81,6 @@ def _resolve_file(value: str, base: Path, task: str, yaml_path: Path) -> str:
 
 def _require_lm_eval():
     try:
-        import lm_eval  # noqa: F401
         from lm_eval.tasks._yaml_loader import load_yaml
     except ImportError as e:
         raise EvalTaskError(f"lm-evaluation-harness is not usable ({e}): pip install 'cuvee[eval]' "

@@ -209,7 +209,7 @@ class CommonCrawlReader(ShardLoop, BaseDiskReader):
                 if rtype == "metadata" and pending is not None and headers.get("warc-concurrent-to") == pending.metadata.get("warc_record_id"):
                     try:
                         pending.metadata.update(parse_cc_metadata_block(block))
-                    except Exception:  # noqa: BLE001, S110 - CC's metadata is optional: the document stands
+                    except Exception:  # noqa: BLE001 - CC's metadata is optional: the document stands
                         pass
                     self._drop("non_response_record")
                     continue
@@ -273,7 +273,7 @@ class CommonCrawlReader(ShardLoop, BaseDiskReader):
     # --- ARC v1 / v2
     def _read_arc(self, stream: ByteStream, ctx: dict) -> Iterator[Document]:
         n = 0
-        for (url, ip, date, arc_ctype, length), block in self._records(stream, ctx, "arc"):
+        for (url, _ip, date, arc_ctype, _length), block in self._records(stream, ctx, "arc"):
             n += 1
             if url.startswith("filedesc://") or not block.startswith(b"HTTP/"):
                 self._drop("non_response_record")  # the file header, dns: entries, bare payloads without HTTP

@@ -329,5 +329,5 @@ def compile_native(xpath) -> NativeXPath | None:
     prologue = "".join(f"        {line}\n" for line in parser.prologue())
     source = ("def select(ctx):\n    out = []\n" + ("    seen = set()\n" if mode == "parent" else "")
               + "    for e in ctx.iterdescendants(*_tags):\n        g = e.get\n" + prologue + body + "    return out\n")
-    exec(compile(source, f"<xpath_native {xpath.path.strip()[:40]}>", "exec"), env)  # noqa: S102 - our own code
+    exec(compile(source, f"<xpath_native {xpath.path.strip()[:40]}>", "exec"), env)  # exec of our own generated code
     return NativeXPath(xpath, env["select"], source)
