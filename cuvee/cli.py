@@ -15,8 +15,8 @@ DEBUG_ENV = "CUVEE_DEBUG"  # set to 1: unexpected errors show their traceback (a
 
 # name -> (module:attribute, one-line help)
 LAZY_COMMANDS = {
-    "mix": ("cuvee.mixer.cli:mix", "Tokenize a mix-weight config into weighted Megatron shards."),
-    "mix-search": ("cuvee.mixsearch.cli:mix_search", "Choose mix weights by experiment: proxies, a fitted mixing law, a proven pick."),
+    "mix": ("cuvee.mixer.cli:mix", "Tokenize a mix-weight config into weighted Megatron shards; "
+            "`mix search` chooses the weights by experiment."),
     "tokenizer": ("cuvee.mixer.cli:tokenizer", "Train or extend tokenizers; compression reports."),
     "classify": ("cuvee.classifiers.cli:classify", "Train, evaluate and apply quality / topic classifiers."),
     "train": ("cuvee.train.cli:train", "Train a small Llama-style model on mixer shards."),

@@ -49,9 +49,9 @@ CASES = [
     ("mix", ["{d}/nope.yaml"]),
     ("mix", ["{d}/syntax.yaml"]),
     ("mix", ["{d}/list.yaml"]),
-    ("mix-search", ["{d}/nope.yaml"]),
-    ("mix-search", ["{d}/syntax.yaml"]),
-    ("mix-search", ["{d}/list.yaml"]),
+    ("mix search", ["{d}/nope.yaml"]),
+    ("mix search", ["{d}/syntax.yaml"]),
+    ("mix search", ["{d}/list.yaml"]),
     ("tokenizer train", ["{d}/syntax.yaml", "--out", "{d}/tok.json"]),
     ("tokenizer train", ["{d}/list.yaml", "--out", "{d}/tok.json"]),
     ("tokenizer extend", ["--text", "{d}/nope.txt", "--out", "{d}/x.tiktoken"]),
@@ -82,6 +82,8 @@ CASES = [
 
 def _leaves(cmd: click.Command, path: tuple[str, ...], ctx: click.Context):
     if isinstance(cmd, click.Group):
+        if cmd.invoke_without_command:  # `cuvee mix CONFIG` runs the group itself
+            yield " ".join(path)
         for name in cmd.list_commands(ctx):
             yield from _leaves(cmd.get_command(ctx, name), path + (name,), ctx)
     else:

@@ -1,4 +1,4 @@
-"""`cuvee mix-search`: a planted search on real text, resume after kill -9, dry run, one-line refusals.
+"""`cuvee mix search`: a planted search on real text, resume after kill -9, dry run, one-line refusals.
 
 Planted: three sources of clearly different real text (English WCXB pages, German and Russian sentences from
 the lingua fixtures), natural token shares about 0.57 / 0.21 / 0.22, and a held-out target drawn 10 % / 30 % /
@@ -166,7 +166,7 @@ def _cli(args: list[str], capsys) -> tuple[int, str, str]:
 @pytest.mark.slow
 def test_changed_search_file_is_refused(searched, capsys):
     changed = _yaml(searched["dir"] / "changed.yaml", {**_config(searched["files"]), "mixtures": 17})
-    code, _, err = _cli(["mix-search", str(changed), "--out", str(searched["out"])], capsys)
+    code, _, err = _cli(["mix", "search", str(changed), "--out", str(searched["out"])], capsys)
     assert code == 1 and len(err.strip().splitlines()) == 1, err
     assert "mixtures" in err and "--fresh" in err
 
@@ -175,13 +175,13 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
     files = _data(tmp_path)
     out = tmp_path / "never"
     cfg = _yaml(tmp_path / "s.yaml", _config(files))
-    code, text, _ = _cli(["mix-search", str(cfg), "--dry-run", "--out", str(out)], capsys)
+    code, text, _ = _cli(["mix", "search", str(cfg), "--dry-run", "--out", str(out)], capsys)
     assert code == 0
     assert "16 mixtures" in text and "per proxy: 25,600 tokens in 50 steps" in text and "estimated cost" in text
     assert text.count("corner:") == 3 and "natural" in text
     assert not out.exists()
     demo = REPO / "mixes/search_demo.yaml"
-    code, text, _ = _cli(["mix-search", str(demo), "--dry-run", "--json"], capsys)
+    code, text, _ = _cli(["mix", "search", str(demo), "--dry-run", "--json"], capsys)
     plan = json.loads(text)
     assert code == 0 and len(plan["mixtures"]) == 10 and plan["proof_runs"] == 9
     assert all(abs(sum(w) - 1) < 1e-9 for w in plan["mixtures"])
@@ -202,7 +202,7 @@ def test_bad_search_configs_are_one_line(tmp_path, capsys, change, expect):
     elif change.get("sources") == "MAX":
         change = {"sources": [{**s, "max_weight": 0.2} for s in cfg["sources"]]}
     cfg = {**cfg, **change}
-    code, _, err = _cli(["mix-search", str(_yaml(tmp_path / "bad.yaml", cfg)), "--dry-run"], capsys)
+    code, _, err = _cli(["mix", "search", str(_yaml(tmp_path / "bad.yaml", cfg)), "--dry-run"], capsys)
     assert code == 1 and len(err.strip().splitlines()) == 1, err
     assert expect in err, err
 
@@ -212,6 +212,27 @@ def test_epoch_caps_that_make_the_budget_impossible_are_refused(tmp_path, capsys
     cfg = _config(files)
     cfg["sources"] = [{**s, "max_epochs": 0.01, "min_weight": 0.3 if s["name"] == "de" else 0.0}
                       for s in cfg["sources"]]
-    code, _, err = _cli(["mix-search", str(_yaml(tmp_path / "caps.yaml", cfg)), "--dry-run"], capsys)
+    code, _, err = _cli(["mix", "search", str(_yaml(tmp_path / "caps.yaml", cfg)), "--dry-run"], capsys)
     assert code == 1 and len(err.strip().splitlines()) == 1, err
     assert "epoch caps make the budget impossible for de" in err
+
+
+def test_mix_search_is_a_subcommand_and_mix_config_still_works(tmp_path, capsys):
+    """`cuvee mix search SEARCH.yaml` runs the search; any other first argument is still `cuvee mix CONFIG`."""
+    code, text, _ = _cli(["mix", "--help"], capsys)
+    assert code == 0 and "mix [OPTIONS] CONFIG" in text and "mix search [OPTIONS] SEARCH.yaml" in text
+    assert "--dry-run" in text and "search" in text.split("Commands:")[1]
+    code, text, _ = _cli(["mix", "search", "--help"], capsys)
+    assert code == 0 and " mix search [OPTIONS] SEARCH.yaml" in text and "mix CONFIG search" not in text
+    files = _data(tmp_path)
+    mix = {"name": "m", "tokenizer": "bytes256.tiktoken", "target_tokens": 5000, "output_dir": str(tmp_path / "o"),
+           "sources": [{"name": "en", "paths": files["en"], "weight": 0.5},
+                       {"name": "de", "paths": files["de"], "weight": 0.5}]}
+    code, text, _ = _cli(["mix", str(_yaml(tmp_path / "mix.yaml", mix)), "--dry-run"], capsys)
+    assert code == 0 and "dry run: nothing tokenized" in text and not (tmp_path / "o").exists()
+    code, _, err = _cli(["mix", str(tmp_path / "mix.yaml"), "extra"], capsys)
+    assert code == 2 and "unexpected extra argument" in err
+    code, _, err = _cli(["mix", "search"], capsys)
+    assert code == 2 and "Missing argument 'SEARCH.yaml'" in err
+    code, _, err = _cli(["mix", "search", str(_yaml(tmp_path / "s.yaml", _config(files))), "--dry-run"], capsys)
+    assert code == 0

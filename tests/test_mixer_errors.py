@@ -122,7 +122,7 @@ def test_tokenizer_pins_and_eos(small_source):
 
 
 def _mix_files() -> list:
-    """mixes/*.yaml except the mix-search configs (search_*.yaml), which `cuvee mix-search` reads."""
+    """mixes/*.yaml except the search configs (search_*.yaml), which `cuvee mix search` reads."""
     return [p for p in sorted((REPO / "mixes").glob("*.yaml")) if not p.name.startswith("search_")]
 
 

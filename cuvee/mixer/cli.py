@@ -1,4 +1,5 @@
-"""CLI: ``cuvee mix MIX.yaml [--dry-run]`` and ``cuvee tokenizer train|extend|compression``.
+"""CLI: ``cuvee mix MIX.yaml [--dry-run]``, ``cuvee mix search SEARCH.yaml`` and
+``cuvee tokenizer train|extend|compression``.
 
 Every output folder is cuvee's own (``cuvee/folders.py``): claimed, locked and bound to what decides its content."""
 
@@ -64,7 +65,56 @@ def format_plan(manifest: dict) -> str:
     return "\n".join(lines)
 
 
-@click.command("mix")
+# subcommands of ``cuvee mix`` (imported only when named): name -> (module:attribute, one-line help)
+MIX_SUBCOMMANDS = {
+    "search": ("cuvee.mixsearch.cli:mix_search",
+               "Choose mix weights by experiment: proxies, a fitted mixing law, a proven pick."),
+}
+
+
+class MixGroup(click.Group):
+    """``cuvee mix CONFIG [options]`` builds a mix; ``cuvee mix search SEARCH.yaml`` is a subcommand.
+
+    A first argument that names a subcommand runs it; anything else is the mix config and the options of
+    ``cuvee mix`` itself (a config file literally called ``search`` is reached as ``./search``)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("invoke_without_command", True)
+        kwargs.setdefault("no_args_is_help", False)
+        super().__init__(*args, **kwargs)
+
+    def list_commands(self, ctx):
+        return sorted(MIX_SUBCOMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in MIX_SUBCOMMANDS:
+            return None
+        import importlib
+
+        mod, attr = MIX_SUBCOMMANDS[name][0].split(":")
+        return getattr(importlib.import_module(mod), attr)
+
+    def parse_args(self, ctx, args):
+        if args and args[0] in MIX_SUBCOMMANDS:
+            ctx._protected_args, ctx.args = args[:1], args[1:]
+            return ctx.args
+        ctx.allow_interspersed_args, ctx.allow_extra_args = True, False  # a plain command: CONFIG and its options
+        return click.Command.parse_args(self, ctx, args)
+
+    def get_params(self, ctx):
+        # a subcommand's context asks for its parent's usage pieces: `cuvee mix search`, not `cuvee mix CONFIG search`
+        return [] if ctx.command is not self else super().get_params(ctx)
+
+    def format_usage(self, ctx, formatter):
+        formatter.write_usage(ctx.command_path, "[OPTIONS] CONFIG")
+        formatter.write_usage(ctx.command_path, "search [OPTIONS] SEARCH.yaml", prefix="   or: ")
+
+    def format_commands(self, ctx, formatter):
+        with formatter.section("Commands"):
+            formatter.write_dl([(n, h) for n, (_, h) in sorted(MIX_SUBCOMMANDS.items())])
+
+
+@click.group("mix", cls=MixGroup)
 @click.argument("config", type=click.Path())
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="output folder (default: config's output_dir or out/mix/<name>)")
 @click.option("--dry-run", is_flag=True, help="print the plan (tokens per source, epochs) without tokenizing")
@@ -74,14 +124,18 @@ def format_plan(manifest: dict) -> str:
 @click.option("--json", "as_json", is_flag=True, help="print the manifest as JSON instead of the table")
 @click.option("--verify", is_flag=True, help="CONFIG is a mix output folder: re-check its shards against manifest.json")
 @click.option("-v", "--verbose", is_flag=True, help="also show the mixer's log lines (and the traceback of an error)")
-def mix(config, out_dir, dry_run, fresh, overwrite, keep_cache, as_json, verify, verbose):
-    """Build a weighted, tokenized mix from a mix config (mixes/*.yaml).
+@click.pass_context
+def mix(ctx, config=None, out_dir=None, dry_run=False, fresh=False, overwrite=False, keep_cache=False, as_json=False,
+        verify=False, verbose=False):
+    """Build a weighted, tokenized mix from a mix config (mixes/*.yaml); `cuvee mix search` chooses its weights.
 
     The output folder is cuvee's own: it is claimed (marker), locked while the mix runs and bound to the
     resolved config and source files. Rerunning the same config rebuilds it byte for byte; another mix or
     a changed config is refused before any work (use --fresh to replace it, or another --out). A folder
     holding files cuvee did not create is never written into.
     """
+    if ctx.invoked_subcommand:  # `cuvee mix search ...`: the subcommand does the work
+        return
     from cuvee.folders import FolderError
     from cuvee.mixer.config import MixConfigError
     from cuvee.mixer.mix import run_mix, verify_mix

@@ -1,4 +1,4 @@
-"""``cuvee mix-search SEARCH.yaml``: fit a mixing law from small proxy runs, pick the weights, prove the pick."""
+"""``cuvee mix search SEARCH.yaml``: fit a mixing law from small proxy runs, pick the weights, prove the pick."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ def _plan_text(p: dict) -> str:
     return "\n".join(lines)
 
 
-@click.command("mix-search")
-@click.argument("config", type=click.Path(dir_okay=False))
+@click.command("search")
+@click.argument("config", metavar="SEARCH.yaml", type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="search folder (default: the config's output_dir, runs/mix_search/<name>)")
 @click.option("--dry-run", is_flag=True, help="print the plan (mixtures, tokens per proxy, cost) without training")

@@ -43,12 +43,12 @@ def write_pick_yaml(cfg, names: list[str], weights: np.ndarray, out: Path) -> Pa
         sources.append(entry)
     spec = cfg.tokenizer.model_dump(mode="json", exclude_defaults=True)
     mix = {"name": f"{cfg.name}_pick",
-           "description": f"weights chosen by `cuvee mix-search` ({cfg.name}); set target_tokens to your budget",
+           "description": f"weights chosen by `cuvee mix search` ({cfg.name}); set target_tokens to your budget",
            "target_tokens": cfg.proof_tokens, "seed": cfg.seed,
            "tokenizer": spec.get("name") or spec.get("path") if set(spec) <= {"kind", "name", "path"} else spec,
            "output_dir": f"out/mix/{cfg.name}_pick", "sources": sources}
     path = out / "pick.yaml"
-    _atomic(path, "# written by cuvee mix-search; see report.md next to it\n"
+    _atomic(path, "# written by cuvee mix search; see report.md next to it\n"
             + yaml.safe_dump(mix, sort_keys=False, allow_unicode=True))
     return path
 
