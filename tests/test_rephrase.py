@@ -22,6 +22,7 @@ from click.testing import CliRunner
 
 from cuvee.classifiers.llm_server import serve
 from cuvee.cli import main as cuvee_main
+from cuvee.folders import PLAN
 from cuvee.rephrase.checks import Checks
 from cuvee.rephrase.chunks import TokenCounter, split_document
 from cuvee.rephrase.cli import load_style
@@ -239,6 +240,19 @@ def test_changed_input_prompt_or_model_is_refused(run_dir, tokenizer_dir, tmp_pa
     (["--concurrency", "0"], "--concurrency must be >= 1"),
     (["--endpoint", "ftp://x"], "give an http:// or https:// URL"),
     (["--endpoint", "http://127.0.0.1:9/v1"], "no local tokenizer"),
+    (["--where", "{quality_bucket: {lten: 9}}"], "unknown operator 'lten'; did you mean 'lte'?"),
+    (["--where", "{quality_bucket: {lte: [9]}}"], "--where.quality_bucket.lte needs a finite number or a string"),
+    (["--where", "{quality_bucket: [1, 2]}"], "write {in: [1, 2]}"),
+    (["--where", "[1, 2]"], "--where: give a mapping of metadata key to condition"),
+    (["--where", "{}"], "--where: give a mapping of metadata key to condition"),
+    (["--where", "{1: 2}"], "keys are metadata key names"),
+    (["--where", "{quality_bucket: {lte: 9}"], "--where: not valid YAML"),
+    (["--where", "{d: 2024-01-01}"], "--where: Object of type date is not JSON serializable"),
+    (["--where", "{q: {in: [.nan]}}"], "--where: NaN and infinite values match nothing"),
+    (["--where", "{a: &a [x, x, x, x, x, x, x, x, x, x], b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a], "
+                 "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b], d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c], "
+                 "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d], f: [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]}"],
+     "--where: refused"),
 ])
 def test_bad_settings_are_one_line_before_any_work(run_dir, tmp_path, args, message):
     base = {"--prompt": "wikipedia", "--model": "no-such-model-here", "--out": str(tmp_path / "o")}
@@ -371,3 +385,59 @@ def test_local_model_batches_match_the_served_model(run_dir, tiny_llama, tmp_pat
     assert sa["completion_tokens"] == sb["completion_tokens"] == sc["completion_tokens"]
     assert sa["prompt_tokens"] == sb["prompt_tokens"] == sc["prompt_tokens"]
 
+
+
+# ---------------------------------------------------------------- where: only the documents a mix will use
+
+
+def test_where_rewrites_only_matching_documents_and_binds_the_condition(run_dir, tokenizer_dir, tmp_path):
+    rewriter = Rewriter(load_style("wikipedia"))
+    out = tmp_path / "rephrased"
+    with serve(responder=rewriter, model_name="scripted") as srv:
+        res = cli(run_dir, *endpoint_args(srv, tokenizer_dir, out, "--where", "{quality_bucket: {lte: 2}}"))
+        assert res.exit_code == 0, res.output
+        s = json.loads(res.output)
+        t = s["this_run"]
+        # d0-d2 match; long (bucket 3), d3-d5 and the four without a bucket are skipped; blank and the repeated id
+        # are skipped as before, without looking at their metadata
+        assert t["kept"] == 3 and t["skipped_by_where"] == 8 and t["skipped_input"] == {"duplicate_id": 1, "empty_text": 1}
+        assert t["documents_read"] == 13 == t["kept"] + t["dropped"] + t["failed"] + t["remaining"] + t["skipped_by_where"] + 2
+        assert t["generations"] == len(rewriter.generated) == srv.requests == 3
+        assert s["where"] == {"quality_bucket": {"<=": 2}}
+        assert sorted(d["metadata"]["rephrase_source_id"] for d in records(out / "rephrased.jsonl")) == ["d0", "d1", "d2"]
+        assert json.loads((out / PLAN).read_text())["binding"]["where"] == {"quality_bucket": {"<=": 2}}
+
+        same = cli(run_dir, *endpoint_args(srv, tokenizer_dir, out, "--where", '{"quality_bucket": {"<=": 2}}'))
+        assert same.exit_code == 0, same.output  # the same condition spelled another way (JSON, <=) resumes
+        assert json.loads(same.output)["this_run"]["already_done"] == 3 and srv.requests == 3
+        for other in (["--where", "{quality_bucket: {lte: 3}}"], []):
+            r = cli(run_dir, *endpoint_args(srv, tokenizer_dir, out, *other))
+            assert r.exit_code != 0 and "different plan" in r.output and "where" in r.output, r.output
+        assert srv.requests == 3
+
+
+def test_where_selects_what_the_mixer_selects(run_dir, tokenizer_dir, tmp_path):
+    """The same where, in rephrase and in a mix source, takes the same source documents."""
+    import hashlib
+
+    from cuvee.mixer.config import SourceConfig
+    from cuvee.mixer.sources import SourceScan, resolve_files, select_texts
+
+    where = {"quality_bucket": {"gte": 1, "lt": 4, "not_in": [2]}}
+    out = tmp_path / "rephrased"
+    with serve(responder=Rewriter(load_style("wikipedia")), model_name="scripted") as srv:
+        res = cli(run_dir, *endpoint_args(srv, tokenizer_dir, out, "--where", json.dumps(where)))
+        assert res.exit_code == 0, res.output
+    rewritten = {d["metadata"]["rephrase_source_sha256"] for d in records(out / "rephrased.jsonl")}
+    src = SourceConfig(name="web", paths=[str(run_dir / "output")], weight=1.0, where=where)
+    mixed = {hashlib.sha256(t.encode()).hexdigest() for t in select_texts(src, resolve_files(src), SourceScan("web"))}
+    assert len(rewritten) == 3 and rewritten == mixed  # long (3), d1 and d3
+
+
+def test_where_key_no_document_has_is_one_line_and_generates_nothing(run_dir, tokenizer_dir, tmp_path):
+    rewriter = Rewriter(load_style("wikipedia"))
+    with serve(responder=rewriter, model_name="scripted") as srv:
+        r = cli(run_dir, *endpoint_args(srv, tokenizer_dir, tmp_path / "o", "--where", "{quality_buckt: {lte: 9}}"))
+        assert r.exit_code != 0 and len(r.output.strip().splitlines()) == 1, r.output
+        assert "no document has the key 'quality_buckt' (did you mean 'quality_bucket'?)" in r.output
+        assert "--fresh" in r.output and srv.requests == 0

@@ -82,6 +82,12 @@ def matches(value: Any, cond: Any) -> bool:
     return True
 
 
+def canonical(where: dict) -> dict:
+    """``where`` with every operator under its one canonical name and keys sorted, so two spellings of one
+    condition (``lte`` / ``<=``) bind a folder's plan alike."""
+    return {k: _canon(where[k]) if isinstance(where[k], dict) else where[k] for k in sorted(where)}
+
+
 def _canon(cond: Any) -> dict:
     return {ALIASES.get(op, op): ref for op, ref in cond.items()} if isinstance(cond, dict) else {"==": cond}
 

@@ -57,6 +57,21 @@ def _tokenizer(tokenizer: str | None, model: str, max_input_tokens: int):
     return tok, model
 
 
+def parse_where(text: str | None) -> dict | None:
+    """``--where`` as a YAML / JSON mapping in the mixer's where syntax, loaded with cuvee's bounded YAML loader."""
+    from cuvee.rephrase.ledger import RephraseError
+    from cuvee.rephrase.run import check_rephrase_where
+    from cuvee.yaml_safe import YamlLoadError, load_yaml
+
+    if text is None:
+        return None
+    try:
+        value = load_yaml(text, "--where")
+    except YamlLoadError as e:
+        raise RephraseError(" ".join(str(e).split())) from None
+    return check_rephrase_where(value)
+
+
 @click.command("rephrase")
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--out", "-o", required=True, help="output folder (claimed, locked and bound; rerun to resume)")
@@ -80,13 +95,16 @@ def _tokenizer(tokenizer: str | None, model: str, max_input_tokens: int):
 @click.option("--retries", type=int, default=5, show_default=True, help="per request, on 429/5xx/timeouts")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="seconds per request, in all")
 @click.option("--max-response-bytes", type=int, default=8 << 20, show_default=True)
+@click.option("--where", "where", default=None,
+              help="rewrite only documents whose metadata matches, in a mix's where syntax, e.g. "
+                   "'{quality_bucket: {lte: 9}}'; the others are counted as skipped_by_where")
 @click.option("--limit", type=int, default=None, help="rewrite at most this many new documents in this run")
 @click.option("--price-per-mtok", nargs=2, type=float, default=None, help="IN OUT prices per million tokens, for the cost figures")
 @click.option("--device", default="auto", show_default=True, help="local model: auto, cpu or cuda")
 @click.option("--fresh", is_flag=True, help="empty the (cuvee-owned) output folder first and start over")
 def rephrase_cmd(inputs, out, prompt, model, endpoint, api, api_key_env, tokenizer, max_input_tokens, max_new_tokens,
                  temperature, top_p, seed, max_input_similarity, max_prompt_copy, concurrency, batch_size, retries,
-                 timeout, max_response_bytes, limit, price_per_mtok, device, fresh):
+                 timeout, max_response_bytes, where, limit, price_per_mtok, device, fresh):
     """Rewrite a run's documents with an LLM (Nemotron-CC styles) into a folder the mixer reads as a source."""
     from cuvee.classifiers.llm_http import AnnotateError, HttpLM
     from cuvee.rephrase.checks import Checks
@@ -103,6 +121,7 @@ def rephrase_cmd(inputs, out, prompt, model, endpoint, api, api_key_env, tokeniz
         settings = Settings(max_input_tokens, max_new_tokens, temperature, top_p, seed,
                             Checks(max_input_similarity, max_prompt_copy))
         template = load_style(prompt)
+        where = parse_where(where)
         if endpoint:
             key = os.environ.get(api_key_env) if api_key_env else None
             if api_key_env and not key:
@@ -118,7 +137,7 @@ def rephrase_cmd(inputs, out, prompt, model, endpoint, api, api_key_env, tokeniz
             api = "local"
             tok, tok_name = (backend.tokenizer, model) if max_input_tokens else (None, None)
         summary = rephrase(inputs, out, backend, template, settings, api=api, tokenizer=tok, tokenizer_name=tok_name,
-                           limit=limit, fresh=fresh, price_per_mtok=tuple(price_per_mtok) if price_per_mtok else None)
+                           limit=limit, fresh=fresh, price_per_mtok=tuple(price_per_mtok) if price_per_mtok else None, where=where)
     except (RephraseError, AnnotateError) as e:
         raise click.ClickException(" ".join(str(e).split())) from None
     click.echo(json.dumps(summary, indent=2))

@@ -7,12 +7,16 @@ descriptions). Documents are cut into pieces of at most ``max_input_tokens`` tok
 piece is rewritten through an OpenAI-compatible endpoint (``llm_http.HttpLM``: K requests in flight,
 retries, deadlines, size caps) or a local causal LM (``local_lm.BatchLocalLM``: batched), the pieces are
 checked (``checks.py``) and joined. The output folder is claimed, locked and bound to its plan (inputs'
-content, prompt hash, model, generation settings): a rerun with anything changed is refused before any
-request; a rerun with the same plan resumes, asking only for pieces no file records (``ledger.py``).
+content, prompt hash, model, generation settings, ``where``): a rerun with anything changed is refused before
+any request; a rerun with the same plan resumes, asking only for pieces no file records (``ledger.py``).
+``where`` (the mixer's conditions, :mod:`cuvee.mixer.where`) limits the rewrites to the documents whose metadata
+matches, e.g. only the low-quality buckets, so the generation budget is not spent on documents the mix leaves
+out; the others are counted as ``skipped_by_where``.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import logging
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuvee.classifiers.llm_http import Completion, ResponseError
+from cuvee.mixer.where import matches
 from cuvee.rephrase.checks import Checks
 from cuvee.rephrase.chunks import TokenCounter, join_rewrites, split_document
 from cuvee.rephrase.ledger import SUMMARY, Ledger, RephraseError
@@ -104,14 +109,18 @@ class _Tally:
 class _Rephraser:
     """One pass over the inputs into one ledger; built per call of :func:`rephrase`."""
 
-    def __init__(self, backend, prompt, settings: Settings, counter: TokenCounter | None, ledger: Ledger, api: str):
+    def __init__(self, backend, prompt, settings: Settings, counter: TokenCounter | None, ledger: Ledger, api: str,
+                 where: dict | None = None):
         self.backend, self.prompt, self.settings, self.counter, self.ledger = backend, prompt, settings, counter, ledger
+        self.where = where or {}
         self.instructions = prompt.text.replace("{text}", " ")
         self.provenance = {"rephrase_prompt": prompt.name, "rephrase_prompt_sha256": prompt.sha256,
                            "rephrase_model": backend.name, "rephrase_api": api,
                            "rephrase_generation": settings.generation()}
         self.tally = _Tally()
-        self.inputs: dict = {"documents_read": 0, "already_done": 0, "remaining": 0, "skipped": {}}
+        self.inputs: dict = {"documents_read": 0, "already_done": 0, "remaining": 0, "skipped_by_where": 0, "skipped": {}}
+        self.where_seen: dict[str, int] = dict.fromkeys(self.where, 0)  # documents holding each where key
+        self.meta_keys: set[str] = set()
         self.resumed_pieces = 0
 
     def jobs(self, docs, limit: int | None):
@@ -124,6 +133,8 @@ class _Rephraser:
             seen.add(doc.id)
             if skip:
                 self.inputs["skipped"][skip] = self.inputs["skipped"].get(skip, 0) + 1
+            elif self.where and not self._selected(doc.metadata or {}):
+                self.inputs["skipped_by_where"] += 1
             elif doc.id in self.ledger.done:
                 self.inputs["already_done"] += 1
             elif limit is not None and started >= limit:
@@ -136,6 +147,25 @@ class _Rephraser:
                         job.answers[i] = rec
                 self.resumed_pieces += len(job.answers)
                 yield job
+
+    def _selected(self, meta: dict) -> bool:
+        self.meta_keys.update(meta)
+        for key in self.where:
+            self.where_seen[key] += meta.get(key) is not None
+        return all(matches(meta.get(key), cond) for key, cond in self.where.items())
+
+    def where_typo(self) -> str | None:
+        """When no document matched and a where key is in no document: the likely typo, in one line."""
+        matched = self.inputs["documents_read"] - self.inputs["skipped_by_where"] - sum(self.inputs["skipped"].values())
+        missing = [k for k, n in self.where_seen.items() if n == 0]
+        if matched or not missing or not self.inputs["skipped_by_where"]:
+            return None
+        hints = []
+        for key in missing:
+            close = difflib.get_close_matches(key, sorted(self.meta_keys), n=1)
+            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        return (f"--where: no document matched and no document has the key {', '.join(hints)}; "
+                f"metadata keys seen: {', '.join(sorted(self.meta_keys)[:20]) or 'none'}")
 
     def units(self, jobs):
         for job in jobs:
@@ -225,12 +255,42 @@ class _Rephraser:
             self.ledger.sync()
 
 
-def binding(files: list[str], prompt, backend_name: str, api: str, settings: Settings, tokenizer: str | None) -> dict:
-    return {"inputs": [{"path": str(Path(f).resolve()), "sha256": _file_sha256(f)} for f in files],
+def binding(files: list[str], prompt, backend_name: str, api: str, settings: Settings, tokenizer: str | None,
+            where: dict | None = None) -> dict:
+    """The plan a folder is bound to; ``where`` only when given, so folders started without one still resume."""
+    plan = {"inputs": [{"path": str(Path(f).resolve()), "sha256": _file_sha256(f)} for f in files],
             "prompt": {"name": prompt.name, "sha256": prompt.sha256}, "model": backend_name, "api": api,
             "generation": settings.generation(), "tokenizer": tokenizer,
             "checks": {"max_input_similarity": settings.checks.max_input_similarity,
                        "max_prompt_copy": settings.checks.max_prompt_copy}}
+    if where:
+        plan["where"] = where
+    return plan
+
+
+def check_rephrase_where(where: dict | None) -> dict | None:
+    """The mixer's checks on a ``where`` mapping, then its canonical spelling; RephraseError in one line."""
+    from cuvee.mixer.where import canonical, check_where
+
+    if where is None:
+        return None
+    if not isinstance(where, dict) or not where:
+        raise RephraseError(f"--where: give a mapping of metadata key to condition, e.g. "
+                            f"{{quality_bucket: {{lte: 9}}}}; got {str(where)[:80]!r}")
+    bad = [k for k in where if not isinstance(k, str)]
+    if bad:
+        raise RephraseError(f"--where: keys are metadata key names (strings), got {bad[0]!r}")
+    try:
+        json.dumps(where, allow_nan=False)
+    except TypeError as e:
+        raise RephraseError(f"--where: {e}") from None
+    except ValueError:
+        raise RephraseError("--where: NaN and infinite values match nothing; give finite numbers") from None
+    try:
+        return canonical(check_where(where, "--where"))
+    except (TypeError, ValueError) as e:
+        msg = " ".join(str(e).split())
+        raise RephraseError(msg if msg.startswith("--where") else f"--where: {msg}") from None
 
 
 def _refuse_overlap(out: Path, inputs: list[str]) -> None:
@@ -244,14 +304,16 @@ def _refuse_overlap(out: Path, inputs: list[str]) -> None:
 
 def rephrase(inputs: list[str], out: str | Path, backend, prompt, settings: Settings, *, api: str,
              tokenizer=None, tokenizer_name: str | None = None, limit: int | None = None, fresh: bool = False,
-             price_per_mtok: tuple[float, float] | None = None) -> dict:
-    """Rewrite the documents of ``inputs`` into ``out``; returns the summary (also ``out/rephrase_summary.json``)."""
+             price_per_mtok: tuple[float, float] | None = None, where: dict | None = None) -> dict:
+    """Rewrite the documents of ``inputs`` (those matching ``where``, if given) into ``out``; returns the summary
+    (also ``out/rephrase_summary.json``)."""
     from cuvee.classifiers.annotate import resolve_inputs
     from cuvee.folders import FolderError, bind, claim, empty_owned, locked
     from cuvee.pipeline.io import expand_paths, iter_documents
 
     t0 = time.perf_counter()
     out = Path(out)
+    where = check_rephrase_where(where)
     inputs = resolve_inputs(inputs)
     try:
         files = expand_paths(inputs)
@@ -264,21 +326,26 @@ def rephrase(inputs: list[str], out: str | Path, backend, prompt, settings: Sett
         with locked(out, "rephrase folder"):
             if fresh:
                 empty_owned(out, "rephrase", what="rephrase folder")
-            bind(out, binding(files, prompt, backend.name, api, settings, tokenizer_name), what="rephrase folder")
+            bind(out, binding(files, prompt, backend.name, api, settings, tokenizer_name, where), what="rephrase folder")
             ledger = Ledger(out)
             try:
-                r = _Rephraser(backend, prompt, settings, counter, ledger, api)
+                r = _Rephraser(backend, prompt, settings, counter, ledger, api, where)
                 t_gen = time.perf_counter()
                 error = r.drive(r.units(r.jobs(iter_documents(files), limit)))
                 gen_s = time.perf_counter() - t_gen
                 summary = _summary(out, r, ledger, prompt, backend, gen_s, time.perf_counter() - t0, price_per_mtok)
             finally:
                 ledger.close()
+            typo = r.where_typo() if error is None else None
+            if typo:
+                summary["error"] = typo
             if error is not None:
                 summary["error"] = " ".join(str(error).split())
             (out / SUMMARY).write_text(json.dumps(summary, indent=2))
     except FolderError as e:
         raise RephraseError(str(e)) from None
+    if typo:
+        raise RephraseError(f"{typo}; nothing was generated: rerun with the corrected --where and --fresh")
     if error is not None:
         raise RephraseError(f"{summary['error']} ({r.tally.kept} documents kept this run, in {out}; rerun to resume)")
     return summary
@@ -296,6 +363,7 @@ def _summary(out: Path, r: _Rephraser, ledger: Ledger, prompt, backend, gen_s: f
     folder_pt, folder_ct = totals.prompt_tokens + pp, totals.completion_tokens + pc
     summary = {
         "output": str(out), "model": backend.name, "prompt": prompt.name, "prompt_sha256": prompt.sha256,
+        "where": r.where or None,
         "this_run": {
             **{k: v for k, v in r.inputs.items() if k != "skipped"}, "skipped_input": dict(sorted(r.inputs["skipped"].items())),
             "kept": t.kept, "dropped": sum(t.dropped.values()), "dropped_by_reason": dict(sorted(t.dropped.items())),
