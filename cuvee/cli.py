@@ -169,7 +169,7 @@ def run(recipe, run_dir, tasks, workers, limit, output, fresh, no_wait, verbose)
     except RecipeError as e:
         raise click.ClickException(_invalid(recipe, e)) from None
     except (AccountingError, FolderError) as e:
-        raise click.ClickException(str(e))
+        raise click.ClickException(str(e)) from None
     if "submitted" in stats:
         click.echo(f"submitted jobs {', '.join(stats['submitted'])}; merge stats later with "
                    f"`cuvee stats {stats['run_dir']}`")
@@ -217,7 +217,7 @@ def _report_run_folder(recipe) -> None:
     try:
         bind_check(run_dir, build_plan(recipe), what="run folder")
     except FolderError as e:
-        raise click.ClickException(str(e))
+        raise click.ClickException(str(e)) from None
     click.echo(f"run folder {run_dir}: same plan, `cuvee run` resumes it")
 
 

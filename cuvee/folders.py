@@ -21,9 +21,10 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from cuvee import __version__
 
@@ -38,7 +39,7 @@ class FolderError(RuntimeError):
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def owner(folder: str | Path) -> dict | None:
@@ -160,7 +161,7 @@ class FolderLock:
         self.lock_name = lock_name
         self._fd: int | None = None
 
-    def acquire(self) -> "FolderLock":
+    def acquire(self) -> FolderLock:
         path = self.folder / self.lock_name
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -192,7 +193,7 @@ class FolderLock:
                 os.close(self._fd)
                 self._fd = None
 
-    def __enter__(self) -> "FolderLock":
+    def __enter__(self) -> FolderLock:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:

@@ -245,7 +245,10 @@ def test_no_usage_counts_with_model_tokenizer_and_completions_api(tiny_lm, docs_
         assert cli(*http_args(without, tiny_lm, docs_file, short_prompt, b, "--limit", 2)).exit_code == 0
         res = cli(*http_args(with_usage, tiny_lm, docs_file, short_prompt, c, "--limit", 2, "--api", "completions"))
         assert res.exit_code == 0, res.output
-    key = lambda r: (r["id"], r["answer"], r["prompt_tokens"], r["completion_tokens"])
+
+    def key(r):
+        return r["id"], r["answer"], r["prompt_tokens"], r["completion_tokens"]
+
     assert [key(r) for r in lines(a)] == [key(r) for r in lines(b)] == [key(r) for r in lines(c)]
 
 

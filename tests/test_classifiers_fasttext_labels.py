@@ -14,7 +14,7 @@ import pytest
 
 fasttext = pytest.importorskip("fasttext")
 
-from cuvee.classifiers.fasttext_model import FastTextScorer, normalize  # noqa: E402
+from cuvee.classifiers.fasttext_model import FastTextScorer, normalize
 
 GOOD = "the committee reviewed the evidence and published a detailed report on water quality in the region".split()
 BAD = "click here buy now cheap deals free shipping login cart subscribe cookie menu home".split()
@@ -114,7 +114,6 @@ def test_wrong_label_lists_the_model_labels(tmp_path):
     assert "'lq'" in msg and "hq" in msg and "cc" in msg and "positive_label" in msg
 
     # at build time (recipe validation / run), not first on a worker
-    from cuvee.pipeline.registry import BuildContext  # noqa: F401
     from cuvee.classifiers.quality_stages import FastTextQualityParams, build_fasttext_quality
 
     p = FastTextQualityParams(model=str(path), positive_label="positive")

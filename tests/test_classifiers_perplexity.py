@@ -45,7 +45,10 @@ GERMAN = ("Die Stadtverwaltung hat am Montag bekanntgegeben, dass die Bauarbeite
 @pytest.fixture(scope="session")
 def pages():
     train_rows, heldout = split_heldout(load_wcxb())
-    clean = lambda rows: [r["main_content"] for r in rows if r.get("main_content") and len(r["main_content"]) > 300]  # noqa: E731
+
+    def clean(rows):
+        return [r["main_content"] for r in rows if r.get("main_content") and len(r["main_content"]) > 300]
+
     return clean(train_rows), clean(heldout)
 
 

@@ -9,13 +9,12 @@ import json
 import random
 
 import pytest
+from _dedup_helpers import real_texts
 
 import cuvee.pipeline.compiler as compiler
 from cuvee.pipeline.compiler import compile_recipe
 from cuvee.pipeline.recipe import parse_recipe
 from cuvee.pipeline.runner import run_recipe
-
-from _dedup_helpers import real_texts
 
 STAGES = [
     {"stage": "url_dedup"},
@@ -63,7 +62,10 @@ def test_same_output_and_funnel_without_copies(tmp_path, monkeypatch):
     for a, b in zip(s_free["stages"], s_copy["stages"]):
         assert (a["name"], a["docs_in"], a["docs_out"], a["dropped"]) == (b["name"], b["docs_in"], b["docs_out"], b["dropped"])
     assert {r.split("/")[0] for r in s_free["accounting"]["by_reason"]} >= {"url_dedup", "exact_dedup", "minhash_dedup"}
-    copies = lambda run: list((tmp_path / run / "work").glob("seg*/*.jsonl"))  # noqa: E731
+
+    def copies(run):
+        return list((tmp_path / run / "work").glob("seg*/*.jsonl"))
+
     assert len(copies("copying")) == 2 * 4 and copies("copy_free") == []
 
 

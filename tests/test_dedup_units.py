@@ -63,7 +63,10 @@ def test_spill_partitions_group_equal_keys_within_budget(tmp_path):
     keys = rng.integers(0, 2**63, 3000, dtype=np.uint64) * np.uint64(2)
     recs = np.zeros(30000, dtype=dt)
     recs["h"] = keys[rng.integers(0, len(keys), len(recs))]
-    chunks = lambda: (recs[i:i + 1000] for i in range(0, len(recs), 1000))  # noqa: E731
+
+    def chunks():
+        return (recs[i:i + 1000] for i in range(0, len(recs), 1000))
+
     seen = {}
     parts = list(key_partitions(chunks, dt, "h", len(recs), budget_bytes=60_000, tmp_dir=tmp_path,
                                 stats=lambda k, v: seen.setdefault(k, v)))

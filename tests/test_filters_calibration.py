@@ -12,8 +12,15 @@ import numpy as np
 import pytest
 from datatrove.data import Document
 
-from cuvee.filters.llama3 import (NgramLineFilter, NgramLinesParams, TokenDistributionOutlierParams, TokenKLFilter,
-                                  save_distribution, tokenize, _encoding)
+from cuvee.filters.llama3 import (
+    NgramLineFilter,
+    NgramLinesParams,
+    TokenDistributionOutlierParams,
+    TokenKLFilter,
+    _encoding,
+    save_distribution,
+    tokenize,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 CURATED = REPO / "data" / "curated" / "wcxb_dev_main_content.jsonl.gz"
@@ -42,7 +49,7 @@ def _bad_pages() -> dict[str, str]:
     while len(toks) < 300:
         try:
             tok = enc.decode([rng.randrange(1000, 100_000)]).strip()
-        except Exception:  # ids without a token
+        except KeyError:  # ids without a token
             continue
         if tok and tok.isprintable():
             toks.append(tok)

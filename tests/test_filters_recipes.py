@@ -5,8 +5,6 @@ import gzip
 import json
 from pathlib import Path
 
-import pytest
-
 from cuvee.pipeline.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parents[1]

@@ -99,10 +99,10 @@ def test_fast_tokenizer_pickles_without_its_memo():
 def test_stages_share_one_tokenization_per_page(monkeypatch):
     """Tokenizers of one language are equal, so datatrove's split_into_words cache serves every stage's
     instance: a page is tokenized once for Gopher quality, Gopher repetition and FineWeb together."""
+    from datatrove.data import Document
     from datatrove.utils.text import split_into_words
 
     from cuvee.filters.heuristics import CuveeGopherQuality, CuveeGopherRepetition
-    from datatrove.data import Document
 
     a, b = make_word_tokenizer("fast", "en"), make_word_tokenizer("fast", "en")
     assert a is not b and a == b and hash(a) == hash(b) and a != make_word_tokenizer("fast", "de")

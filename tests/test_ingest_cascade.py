@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 CC_WARC = REPO / "data/sample/CC-MAIN-2020-34-sample.warc.gz"
 ARC = REPO / "data/sample/small-sample-1213893279526_0.arc.gz"
 sys.path.insert(0, str(REPO / "benchmarks"))
-from _warcgen import Page, write_warc  # noqa: E402
+from _warcgen import Page, write_warc
 
 
 def stats_of(step):
@@ -90,7 +90,10 @@ def test_english_menus_do_not_rescue_a_non_english_page(tmp_path):
     html = f"<html><body><nav><ul>{menu}</ul></nav><article>{de * 2}</article></body></html>"
     path = tmp_path / "menu.warc.gz"
     write_warc(str(path), [Page("http://e/de-with-english-menu", html.encode())])
-    docs = lambda: ResponseCheck().run(make_reader(str(path)).run())  # noqa: E731
+
+    def docs():
+        return ResponseCheck().run(make_reader(str(path)).run())
+
     assert list(LanguagePrefilter(("en",)).run(docs())) == []
     # the same page passes when every line may form a chunk (the menu alone reads as English)
     assert len(list(LanguagePrefilter(("en",), chunk_min_words=1).run(docs()))) == 1

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
 import re
 import socket
 import threading

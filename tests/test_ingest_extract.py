@@ -16,7 +16,7 @@ from cuvee.pipeline.stages.response import ResponseCheck
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
-from _warcgen import Page, write_warc  # noqa: E402
+from _warcgen import Page, write_warc
 
 PARAS = [
     "The river valley was settled by farmers who cultivated wheat and barley along the fertile banks for centuries.",

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from trafilatura import core
+
 from cuvee.pipeline.readers import make_reader
 from cuvee.pipeline.stages.extract import TrafilaturaExtract
 from cuvee.pipeline.stages.response import ResponseCheck

@@ -9,7 +9,6 @@ document is complete (each payload ends with its own ``END<n>.`` marker).
 from __future__ import annotations
 
 import gzip
-import json
 from pathlib import Path
 
 import pytest

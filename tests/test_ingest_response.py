@@ -12,7 +12,7 @@ from cuvee.pipeline.stages.response import ResponseCheck, decode_html
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
-from _warcgen import Page, write_warc  # noqa: E402
+from _warcgen import Page, write_warc
 
 FRENCH = "Les élèves ont reçu un « cadeau » spécial : café, crème brûlée et œufs — voilà tout."
 JAPANESE = "日本語の文章です。東京は日本の首都であり、多くの人々が住んでいます。今日はとても良い天気ですね。"

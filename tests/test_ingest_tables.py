@@ -7,12 +7,11 @@ import re
 
 import pytest
 import trafilatura.core
+from _extract_helpers import sample_pages
 from datatrove.data import Document
 
-from _extract_helpers import sample_pages
 from cuvee.pipeline.stages.extract import TrafilaturaExtract
 from cuvee.pipeline.stages.trafilatura_patches import Patches, patched
-
 
 CELL_A = "The river valley was settled by farmers who cultivated wheat and barley along the fertile banks."
 CELL_B = "Archaeologists recently uncovered pottery fragments suggesting that trade routes reached far."

@@ -8,6 +8,7 @@ import json
 import random
 
 import pytest
+from _dedup_helpers import quiet, real_texts
 from datatrove.data import Document
 from datatrove.pipeline.writers import JsonlWriter
 
@@ -15,8 +16,6 @@ from cuvee.dedup.line_counts import LineCountTable
 from cuvee.dedup.line_dedup import OnePassLineDedup
 from cuvee.dedup.text import WORD_RE, normalize_line
 from cuvee.pipeline.runner import run_recipe
-
-from _dedup_helpers import quiet, real_texts
 
 quiet()
 
@@ -30,7 +29,7 @@ def _texts(n=120, seed=5):
     rng = random.Random(seed)
     pages = real_texts()
     out = []
-    for i in range(n):
+    for _ in range(n):
         lines = rng.choice(pages[:40]).split("\n")[: rng.randint(1, 12)]
         for _ in range(rng.randint(0, 4)):
             lines.insert(rng.randrange(len(lines) + 1), rng.choice(BOILER))
@@ -122,7 +121,9 @@ def test_exclusion_writer_path_gives_the_same_documents(tmp_path):
 def test_table_grows_and_stops_past_its_budget():
     from cuvee.dedup.native_lines import line_hashes_of
 
-    word = lambda i: "".join(chr(97 + i // 26**p % 26) for p in range(4))  # noqa: E731  (digits normalise to 0)
+    def word(i):  # letters: digits normalise to 0
+        return "".join(chr(97 + i // 26**p % 26) for p in range(4))
+
     texts = [f"unique line {word(i)}" for i in range(40_000)]
     h, n = line_hashes_of(texts)
     table = LineCountTable(1, True, max_bytes=64 << 20, initial_slots=16)

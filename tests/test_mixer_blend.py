@@ -62,7 +62,7 @@ def test_greedy_blend_exact_at_every_prefix(weights):
 def test_greedy_blend_is_deterministic_and_starts_with_heaviest_source():
     def run():
         out = []
-        for i, n in greedy_blend([0.2, 0.8], 1000, lambda i: 10 + i):
+        for i, _n in greedy_blend([0.2, 0.8], 1000, lambda i: 10 + i):
             out.append(i)
         return out
 

@@ -1,16 +1,14 @@
 """End-to-end runs on a real one-node SLURM cluster that the test starts and stops."""
 
-import json
 from pathlib import Path
 
 import pytest
 import yaml
+from slurm_cluster import one_node_cluster, slurm_available
+from test_pipeline_core import make_jsonl
 
 from cuvee.pipeline.io import iter_documents
 from cuvee.pipeline.runner import restat, run_recipe
-
-from slurm_cluster import one_node_cluster, slurm_available
-from test_pipeline_core import make_jsonl
 
 pytestmark = [pytest.mark.slurm]
 
@@ -80,8 +78,9 @@ def test_rerun_while_submitted_jobs_are_queued_is_refused(cluster, tmp_path):
 def test_demo_recipe_unchanged_on_slurm_matches_local(cluster, tmp_path, repo_root):
     """The same recipe file scales from local to SLURM: only the executor is overridden. Its dedup stages
     chain segments and whole-corpus phases through sbatch dependencies (datatrove's `depends`)."""
-    from cuvee.card.build import write_card
     from huggingface_hub import DatasetCard
+
+    from cuvee.card.build import write_card
 
     recipe = repo_root / "recipes" / "demo.yaml"
     local = run_recipe(recipe, {"run_dir": str(tmp_path / "local")})
@@ -92,7 +91,10 @@ def test_demo_recipe_unchanged_on_slurm_matches_local(cluster, tmp_path, repo_ro
     assert slurm["accounting"]["by_reason"] == local["accounting"]["by_reason"]
     assert slurm["accounting"]["kept"] == local["accounting"]["kept"] > 0
     assert len(slurm["phases"]) >= 2  # exact + MinHash phases ran as their own SLURM jobs
-    ids = lambda d: sorted(x.id for x in iter_documents(Path(d) / "output"))
+
+    def ids(d):
+        return sorted(x.id for x in iter_documents(Path(d) / "output"))
+
     assert ids(tmp_path / "slurm") == ids(tmp_path / "local")
     # a dataset card from the SLURM run's stats (merged across tasks) has the same numbers
     files = write_card(tmp_path / "slurm")

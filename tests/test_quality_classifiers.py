@@ -191,7 +191,10 @@ def small_split(rows):
     hq = [d for d in data if d["label"] == "hq"]
     lq = [d for d in data if d["label"] == "lq" and len(d["text"].split()) >= 8]
     # texts cut to ~80 words: the head must judge the kind of text, not its length
-    cut = lambda d: {**d, "text": " ".join(d["text"].split()[:80])}  # noqa: E731
+
+    def cut(d):
+        return {**d, "text": " ".join(d["text"].split()[:80])}
+
     return [cut(d) for d in hq[:40] + lq[:40]], [cut(d) for d in hq[200:230] + lq[200:230]]
 
 

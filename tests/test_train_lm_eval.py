@@ -11,12 +11,18 @@ from click.testing import CliRunner
 pytest.importorskip("lm_eval")
 pytest.importorskip("accelerate")
 
-from cuvee.train.config import TrainConfig  # noqa: E402
-from cuvee.train.demo_data import build_variant_mix, load_wcxb, split_heldout  # noqa: E402
-from cuvee.train.hf_export import export_checkpoint  # noqa: E402
-from cuvee.train.lm_eval_backend import (  # noqa: E402
-    CLOZE_DATA, CLOZE_TASK, EvalTaskError, build_cloze_items, evaluate_hf, shipped_tasks)
-from cuvee.train.trainer import train  # noqa: E402
+from cuvee.train.config import TrainConfig
+from cuvee.train.demo_data import build_variant_mix, load_wcxb, split_heldout
+from cuvee.train.hf_export import export_checkpoint
+from cuvee.train.lm_eval_backend import (
+    CLOZE_DATA,
+    CLOZE_TASK,
+    EvalTaskError,
+    build_cloze_items,
+    evaluate_hf,
+    shipped_tasks,
+)
+from cuvee.train.trainer import train
 
 TEMPLATES = ["hellaswag_local", "arc_easy_local", "arc_challenge_local", "piqa_local", "siqa_local",
              "openbookqa_local", "winogrande_local", "commonsense_qa_local"]
