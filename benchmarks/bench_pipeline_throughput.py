@@ -116,7 +116,6 @@ def translate_page(html: bytes, sentences: list[str], rng: random.Random, lang: 
 def build_input(data: Path, folder: Path, wcxb_english: int, translated: int, seed: int = 1,
                 scrapinghub: int | None = None) -> dict:
     from _warcgen import Page, write_warc
-
     from cuvee.pipeline.readers import make_reader
 
     folder.mkdir(parents=True, exist_ok=True)

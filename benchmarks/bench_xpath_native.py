@@ -69,9 +69,9 @@ def expressions(pages):
 
 
 def extraction(pages, rounds: int):
-    from bench_extraction_versions import KW
     from datatrove.data import Document
 
+    from bench_extraction_versions import KW
     from cuvee.pipeline.stages.extract import TrafilaturaExtract
 
     def run(native: bool):

@@ -74,7 +74,6 @@ from _faults.jobs import (
     tmp_in,
     watch_timeline,
 )
-
 from cuvee.pipeline.io import iter_documents
 
 TASKS = 4

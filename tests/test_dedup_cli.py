@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
-from _dedup_helpers import quiet
 from click.testing import CliRunner
 
+from _dedup_helpers import quiet
 from cuvee.cli import main
 from cuvee.folders import MARKER, PLAN, locked
 

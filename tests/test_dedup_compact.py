@@ -9,9 +9,9 @@ import json
 import random
 
 import pytest
-from _dedup_helpers import real_texts
 
 import cuvee.pipeline.compiler as compiler
+from _dedup_helpers import real_texts
 from cuvee.pipeline.compiler import compile_recipe
 from cuvee.pipeline.recipe import parse_recipe
 from cuvee.pipeline.runner import run_recipe

@@ -7,9 +7,9 @@ import re
 
 import pytest
 import trafilatura.core
-from _extract_helpers import sample_pages
 from datatrove.data import Document
 
+from _extract_helpers import sample_pages
 from cuvee.pipeline.stages.extract import TrafilaturaExtract
 from cuvee.pipeline.stages.trafilatura_patches import Patches, patched
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import trafilatura
 import trafilatura.xpaths
-from _extract_helpers import extract_samples
 from lxml.etree import XPath
 from trafilatura import core
 
+from _extract_helpers import extract_samples
 from cuvee.pipeline.stages import trafilatura_patches as tp
 from cuvee.pipeline.stages.trafilatura_patches import ALL, Patches, expression_lists, off_reason, patched
 

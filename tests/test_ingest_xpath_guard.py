@@ -6,10 +6,10 @@ from __future__ import annotations
 from copy import copy
 
 import pytest
-from _extract_helpers import extract_samples, sample_pages
 from lxml.etree import XPath
 from lxml.html import fromstring
 
+from _extract_helpers import extract_samples, sample_pages
 from cuvee.pipeline.stages.trafilatura_patches import expression_lists
 from cuvee.pipeline.stages.xpath_guard import REGEXP_NS, guard_path, guarded
 

@@ -8,10 +8,10 @@ import random
 from copy import copy
 
 import pytest
-from _extract_helpers import extract_samples, sample_pages
 from lxml.etree import XPath
 from lxml.html import fromstring
 
+from _extract_helpers import extract_samples, sample_pages
 from cuvee.pipeline.stages import xpath_native
 from cuvee.pipeline.stages.trafilatura_patches import Patches, expression_lists, patched
 from cuvee.pipeline.stages.xpath_guard import REGEXP_NS

@@ -8,10 +8,10 @@ import json
 import random
 
 import pytest
-from _dedup_helpers import quiet, real_texts
 from datatrove.data import Document
 from datatrove.pipeline.writers import JsonlWriter
 
+from _dedup_helpers import quiet, real_texts
 from cuvee.dedup.line_counts import LineCountTable
 from cuvee.dedup.line_dedup import OnePassLineDedup
 from cuvee.dedup.text import WORD_RE, normalize_line

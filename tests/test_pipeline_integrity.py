@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_pipeline_core import make_jsonl, recipe_dict, write_recipe
 
 from cuvee.cli import main
 from cuvee.folders import MARKER, PLAN, FolderError, FolderLock
 from cuvee.pipeline.io import iter_documents
 from cuvee.pipeline.runner import restat, run_recipe
 from cuvee.pipeline.stats import AccountingError, check_accounting, collect_stats
+from test_pipeline_core import make_jsonl, recipe_dict, write_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 

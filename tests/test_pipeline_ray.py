@@ -3,10 +3,10 @@
 from pathlib import Path
 
 import pytest
-from test_pipeline_core import make_jsonl
 
 from cuvee.pipeline.io import iter_documents
 from cuvee.pipeline.runner import run_recipe
+from test_pipeline_core import make_jsonl
 
 ray = pytest.importorskip("ray")
 

@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from slurm_cluster import one_node_cluster, slurm_available
-from test_pipeline_core import make_jsonl
 
 from cuvee.pipeline.io import iter_documents
 from cuvee.pipeline.runner import restat, run_recipe
+from slurm_cluster import one_node_cluster, slurm_available
+from test_pipeline_core import make_jsonl
 
 pytestmark = [pytest.mark.slurm]
 
