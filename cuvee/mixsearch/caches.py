@@ -116,6 +116,7 @@ def clean_targets(cfg, tokenizer, out: Path, say=print) -> tuple[dict, dict]:
                 "pool": min(t.max_docs, sets[t.name].num_documents),
                 "duplicates_within": int(per.get("duplicates_within_eval", 0)),
                 "exact_overlap": int(per.get("exact_overlap", 0)), "near_overlap": int(per.get("near_overlap", 0)),
+                "contained_overlap": int(per.get("contained_overlap", 0)),
                 "removed": per.get("removed", [])[:50]}
         _write_json(report_path, stored)
     targets = {}
@@ -124,11 +125,13 @@ def clean_targets(cfg, tokenizer, out: Path, say=print) -> tuple[dict, dict]:
         keep = np.asarray(info["kept"], dtype=np.int64)
         if keep.size == 0:
             raise EmptyTargetError(f"target '{t.name}': no documents left after decontamination against the sources "
-                             f"({info['pool']} in the pool, {info['exact_overlap']} exact and {info['near_overlap']} "
-                             f"near overlaps, {info['duplicates_within']} duplicates within): hold these documents "
+                             f"({info['pool']} in the pool, {info['exact_overlap']} exact, {info['near_overlap']} "
+                             f"near and {info.get('contained_overlap', 0)} contained overlaps, "
+                             f"{info['duplicates_within']} duplicates within): hold these documents "
                              f"out of every source")
         say(f"[search] target {t.name}: {info['pool']} documents, {info['duplicates_within']} duplicates, "
-            f"{info['exact_overlap'] + info['near_overlap']} overlapping the sources, {keep.size} scored")
+            f"{info['exact_overlap'] + info['near_overlap'] + info.get('contained_overlap', 0)} overlapping the "
+            f"sources, {keep.size} scored")
         scored = Truncated(sets[t.name], t.max_doc_tokens)
         targets[t.name] = (scored, keep, document_bytes(scored, keep, tokenizer))
     return targets, stored
