@@ -106,6 +106,38 @@ def test_changed_config_or_inputs_are_refused_with_the_differing_keys(srcs, tmp_
     assert _snapshot(out) == before
 
 
+def test_source_rewritten_at_the_same_size_after_a_finished_mix_is_refused(tmp_path):
+    """The plan binds each source file's stamp (size, mtime, head/tail hash), not just its size: a finished mix
+    whose source was rewritten in place (same size, even the same mtime) is refused in one line naming the
+    file and its plan key, the folder untouched; --fresh rebuilds it from the new content."""
+    srcs = {"a": _write(tmp_path / "in" / "a.jsonl", 30, "alpha", gz=False),
+            "b": _write(tmp_path / "in" / "b.jsonl", 30, "bravo", gz=False)}
+    out = tmp_path / "o"
+    m1 = run_mix(_cfg(srcs), out_dir=out)
+    plan = json.loads((out / PLAN).read_text())["binding"]
+    assert set(plan["sources"][1]["files"][0]) == {"path", "bytes", "mtime_ns", "head_tail_sha256"}
+    before = _snapshot(out)
+    b = Path(srcs["b"])
+    st = b.stat()
+    b.write_bytes(b.read_bytes().replace(b"bravo words", b"BRAVO WORDS"))
+    os.utime(b, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert b.stat().st_size == st.st_size and b.stat().st_mtime_ns == st.st_mtime_ns
+    with pytest.raises(FolderError) as e:
+        run_mix(_cfg(srcs), out_dir=out)
+    msg = str(e.value)
+    assert "\n" not in msg and str(b.resolve()) in msg and "sources[1].files[0]" in msg
+    assert "same size, other content" in msg and "--fresh" in msg
+    assert _snapshot(out) == before
+    os.utime(srcs["a"], ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched only: rewritten, says so
+    b.write_bytes(b.read_bytes().replace(b"BRAVO WORDS", b"bravo words"))
+    os.utime(b, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(FolderError, match=r"a\.jsonl changed .*sources\[0\]\.files\[0\]: same size, rewritten"):
+        run_mix(_cfg(srcs), out_dir=out)
+    b.write_bytes(b.read_bytes().replace(b"bravo words", b"BRAVO WORDS"))
+    m2 = run_mix(_cfg(srcs), out_dir=out, fresh=True)
+    assert m2["mix_sha256"] != m1["mix_sha256"]
+
+
 def test_foreign_folder_is_refused_and_untouched(srcs, tmp_path):
     out = tmp_path / "o"
     out.mkdir()

@@ -33,7 +33,7 @@ from cuvee.mixer.config import MixConfig, MixConfigError, load_mix_config
 from cuvee.mixer.indexed import IndexedDataset, IndexedDatasetWriter, dtype_for_vocab
 from cuvee.mixer.selections import selection_summary
 from cuvee.mixer.shuffle import epoch_stream
-from cuvee.mixer.sources import estimate_source, resolve_files, tokenize_source
+from cuvee.mixer.sources import changed_file, estimate_source, file_stamp, resolve_files, tokenize_source
 from cuvee.mixer.tokenizers import TokenizerMismatchError, load_tokenizer, sha256_file
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,8 @@ def _risk_order(cfg: MixConfig, files: list[list[str]]) -> list[int]:
 
 
 def _binding(cfg: MixConfig, tokenizer, files: list[list[str]]) -> dict:
-    """Everything that decides the folder's content: resolved config and the source files (paths + sizes)."""
+    """Everything that decides the folder's content: resolved config and the source files (path, size,
+    modification time, head/tail hash: a file rewritten in place at the same size changes the plan)."""
     return {
         "name": cfg.name,
         "seed": cfg.seed,
@@ -206,7 +207,7 @@ def _binding(cfg: MixConfig, tokenizer, files: list[list[str]]) -> dict:
                 "where": s.where,
                 "text_key": s.text_key,
                 "min_chars": s.min_chars,
-                "files": [{"path": os.path.abspath(f), "bytes": os.path.getsize(f)} for f in fs],
+                "files": [file_stamp(f) for f in fs],
             }
             for s, w, fs in zip(cfg.sources, cfg.weights, files)
         ],
@@ -293,6 +294,11 @@ def _prepare_folder(out: Path, cfg: MixConfig, tokenizer, binding: dict, fresh: 
                 f"(vocab {old_tok.get('vocab_size')}), not {tokenizer.name} (vocab {tokenizer.vocab_size}); "
                 f"use another output folder or {FRESH_HINT}"
             )
+        old_binding = (recorded or {}).get("binding")
+        changed = changed_file(old_binding.get("sources") if isinstance(old_binding, dict) else None,
+                               binding["sources"])
+        if changed:  # the finished mix was built from the old bytes: rebuilding would silently replace it
+            raise FolderError(f"{WHAT} {out}: {changed}; restore it, or rerun with {FRESH_HINT} to rebuild the mix")
     elif recorded is not None and recorded.get("fingerprint") != fingerprint(binding):
         # an earlier attempt stopped before its manifest: nothing finished is lost by starting over
         n = _remove_mix_files(out, names, plan=True)

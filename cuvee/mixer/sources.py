@@ -64,6 +64,40 @@ def resolve_files(src: SourceConfig) -> list[str]:
     return files
 
 
+def file_stamp(path: str) -> dict:
+    """A source file as a mix plan binds it: absolute path, size, modification time and a SHA-256 of its first
+    and last 64 KiB (``cuvee.pipeline.plan.local_file_stamp``), so a file rewritten at the same size is noticed."""
+    from cuvee.pipeline.plan import local_file_stamp
+
+    size, stamp = local_file_stamp(path)
+    return {"path": os.path.abspath(path), "bytes": size, **stamp}
+
+
+def changed_file(recorded: list[dict], sources: list[dict]) -> str | None:
+    """The first source file whose recorded stamp differs from its stamp now, said in words with its plan key;
+    None when every file recorded under the same path is unchanged (other differences are ``bind``'s to list)."""
+    old = {}
+    for i, src in enumerate(recorded if isinstance(recorded, list) else ()):
+        for j, f in enumerate(src.get("files") or [] if isinstance(src, dict) else ()):
+            if isinstance(f, dict) and isinstance(f.get("path"), str):
+                old[f["path"]] = (f"sources[{i}].files[{j}]", f)
+    for src in sources:
+        for f in src["files"]:
+            key, before = old.get(f["path"], (None, None))
+            if before is None or before == f:
+                continue
+            if before.get("bytes") != f["bytes"]:
+                what = f"size {before.get('bytes')} -> {f['bytes']} bytes"
+            elif "head_tail_sha256" not in before:  # a plan recorded before files were stamped: bind says so
+                continue
+            elif before["head_tail_sha256"] != f["head_tail_sha256"]:
+                what = "same size, other content"
+            else:
+                what = "same size, rewritten (modification time differs)"
+            return f"source '{src['name']}' file {f['path']} changed since the mix was planned ({key}: {what})"
+    return None
+
+
 def file_digest(path: str) -> dict:
     from cuvee.mixer.tokenizers import sha256_file
 
