@@ -117,6 +117,78 @@ def test_resume_with_other_config_or_data_stops_before_any_step(data, tmp_path):
     assert json.loads((out / PLAN).read_text())["binding"]["config"]["optim"]["lr"] == 1e-3
 
 
+def _reverse_tokens(path):
+    """The same tokens in reverse order: same size, valid ids, other text everywhere; mtime kept."""
+    import numpy as np
+
+    st = path.stat()
+    path.write_bytes(np.fromfile(path, dtype=np.uint16)[::-1].tobytes())
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_shard_rewritten_at_the_same_size_stops_the_resume_but_a_moved_mix_resumes(data, tmp_path):
+    """The manifest names what the shards should be; each .bin/.idx is bound by its size and head/tail SHA-256
+    too, so a shard rewritten in place (manifest untouched, even the mtime kept) is refused in one line naming
+    it, after a kill and after a finished run; a copy of the mix elsewhere (new paths and mtimes) resumes."""
+    import shutil
+
+    from cuvee.folders import fingerprint
+
+    mix = tmp_path / "mix"
+    shutil.copytree(data / "a", mix)
+    shard = mix / "a_00000.bin"
+    out = tmp_path / "run"
+    cfg = _cfg(data, out, data={"paths": [str(mix)], "seq_len": 64, "seed": 3})
+    train(cfg, stop_after=3, quiet=True)
+    stamps = json.loads((out / PLAN).read_text())["binding"]["data"]["shards"][0]
+    assert {"bin_head_tail_sha256", "idx_bytes", "idx_head_tail_sha256"} <= set(stamps)
+    before = (out / "log.jsonl").read_text()
+    original = shard.read_bytes()
+    _reverse_tokens(shard)
+    with pytest.raises(FolderError, match=r"a_00000\.bin changed since this run started \(same size, other content\)"
+                       r".*--no-resume") as e:
+        train(cfg, quiet=True)
+    assert "\n" not in str(e.value)
+    assert (out / "log.jsonl").read_text() == before and len(list_checkpoints(out)) == 1
+
+    shard.write_bytes(original)  # restored: resumes, and finishes
+    assert train(cfg, quiet=True)["step"] == 6
+    _reverse_tokens(shard)
+    with pytest.raises(FolderError, match=r"a_00000\.bin changed"):
+        train(cfg, quiet=True)
+    shard.write_bytes(original)
+
+    moved = tmp_path / "moved"
+    shutil.copytree(mix, moved, copy_function=shutil.copyfile)  # new paths, new modification times
+    out2 = tmp_path / "run2"
+    train(_cfg(data, out2, data={"paths": [str(mix)], "seq_len": 64, "seed": 3}), stop_after=3, quiet=True)
+    res = train(_cfg(data, out2, data={"paths": [str(moved)], "seq_len": 64, "seed": 3}), quiet=True)
+    assert res["step"] == 6 and set(res["losses"]) == {4, 5, 6}
+
+    # a folder bound before shards were stamped resumes as it did (compared without the stamps)
+    out3 = tmp_path / "run3"
+    train(_cfg(data, out3, data={"paths": [str(mix)], "seq_len": 64, "seed": 3}), stop_after=3, quiet=True)
+    plan = json.loads((out3 / PLAN).read_text())
+    for rec in plan["binding"]["data"]["shards"]:
+        for k in ("bin_head_tail_sha256", "idx_bytes", "idx_head_tail_sha256"):
+            rec.pop(k)
+    plan["fingerprint"] = fingerprint(plan["binding"])
+    (out3 / PLAN).write_text(json.dumps(plan))
+    assert train(_cfg(data, out3, data={"paths": [str(mix)], "seq_len": 64, "seed": 3}), quiet=True)["step"] == 6
+
+
+def test_shard_whose_size_disagrees_with_its_manifest_is_refused(data, tmp_path):
+    import shutil
+
+    mix = tmp_path / "mix"
+    shutil.copytree(data / "a", mix)
+    shard = mix / "a_00000.bin"
+    shard.write_bytes(shard.read_bytes() + b"\0\0")  # cut short / appended to: the .idx no longer covers it
+    with pytest.raises(ValueError, match=r"a_00000\.bin: [\d,]+ bytes, but its manifest\.json lists"):
+        train(_cfg(data, tmp_path / "run", data={"paths": [str(mix)], "seq_len": 64, "seed": 3}), quiet=True)
+    assert not (tmp_path / "run" / PLAN).exists()
+
+
 def test_vocab_padding_is_bound_by_the_resolved_vocab(data, tmp_path):
     """A run started unpadded (as before vocab_multiple existed) resumes with vocab_multiple=1 and is refused
     with the padded default, whose model has another vocab_size."""

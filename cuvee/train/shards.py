@@ -225,11 +225,15 @@ def _merge_tokenizer(into: dict, new: dict, where: Path) -> None:
 
 
 def data_identity(shards: ShardSet) -> dict:
-    """What a run's data *is*, independent of where it lives: per shard its name, sizes and sha256s.
+    """What a run's data *is*, independent of where it lives: per shard its name, sizes and hashes.
 
     The sha256s come from the mixer's manifest (free; ``mix_sha256`` too when present). A shard without a
     manifest entry gets the sha256 of its small ``.idx`` (every document's length) and its ``.bin`` size,
-    so a resume on other data stops even without a manifest. Paths are left out: moving a mix is fine.
+    so a resume on other data stops even without a manifest. The manifest names what the shards should be,
+    not what they are now, so each ``.bin``/``.idx`` is also bound by its size and a SHA-256 of its first and
+    last 64 KiB (cheap at start): a shard rewritten in place at the same size stops the resume too. Paths and
+    modification times are left out: a moved or copied mix still resumes. A shard whose size disagrees with
+    its manifest entry is refused here, before any folder is bound.
     """
     manifests: dict[Path, dict] = {}
     out = []
@@ -240,7 +244,11 @@ def data_identity(shards: ShardSet) -> dict:
             manifests[parent] = _folder_manifest(parent)
         listed = manifests[parent].get("shards") or []
         entry = next((s for s in listed if Path(s.get("prefix", "")).name == prefix.name), {})
-        rec = {"shard": prefix.name, "documents": len(ds), "bin_bytes": Path(f"{prefix}.bin").stat().st_size}
+        bin_bytes, bin_ht = _content_stamp(Path(f"{prefix}.bin"))
+        idx_bytes, idx_ht = _content_stamp(Path(f"{prefix}.idx"))
+        _check_against_manifest(prefix, ds, entry, bin_bytes)
+        rec = {"shard": prefix.name, "documents": len(ds), "bin_bytes": bin_bytes, "bin_head_tail_sha256": bin_ht,
+               "idx_bytes": idx_bytes, "idx_head_tail_sha256": idx_ht}
         if entry.get("sha256_bin") and entry.get("sha256_idx"):
             rec.update(sha256_bin=entry["sha256_bin"], sha256_idx=entry["sha256_idx"])
         else:
@@ -248,3 +256,53 @@ def data_identity(shards: ShardSet) -> dict:
         out.append(rec)
     mixes = sorted({m["mix_sha256"] for m in manifests.values() if m.get("mix_sha256")})
     return {"shards": out, "mix_sha256": mixes, "tokenizer": shards.tokenizer}
+
+
+_STAMP_KEYS = ("bin_head_tail_sha256", "idx_bytes", "idx_head_tail_sha256")
+
+
+def _content_stamp(path: Path) -> tuple[int, str]:
+    """Size and head/tail SHA-256 (``cuvee.pipeline.plan.local_file_stamp`` less the mtime: content only)."""
+    from cuvee.pipeline.plan import local_file_stamp
+
+    size, stamp = local_file_stamp(str(path))
+    return size, stamp["head_tail_sha256"]
+
+
+def _check_against_manifest(prefix: Path, ds: IndexedDataset, entry: dict, bin_bytes: int) -> None:
+    tokens, docs = entry.get("tokens"), entry.get("documents")
+    if isinstance(docs, int) and docs != len(ds):
+        raise ValueError(f"{prefix}.idx: {len(ds):,} documents, but its manifest.json lists {docs:,}; the shard "
+                         f"changed since the mix was written (rebuild the mix, or check it with cuvee mix --verify)")
+    if isinstance(tokens, int) and tokens * ds.dtype.itemsize != bin_bytes:
+        raise ValueError(f"{prefix}.bin: {bin_bytes:,} bytes, but its manifest.json lists {tokens:,} tokens "
+                         f"({tokens * ds.dtype.itemsize:,} bytes); the shard changed since the mix was written "
+                         f"(rebuild the mix, or check it with cuvee mix --verify)")
+
+
+def resume_identity(folder: Path, now: dict) -> dict:
+    """``now`` (a :func:`data_identity`) as ``folder``'s recorded plan compares it, or a FolderError naming the
+    first shard rewritten since the run started (one line, before ``bind`` lists every differing key).
+
+    A plan recorded before shards were stamped is compared without the stamps, so such a run resumes as it did."""
+    from cuvee.folders import PLAN, FolderError
+
+    try:
+        old = json.loads((Path(folder) / PLAN).read_text())["binding"]["data"]["shards"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return now  # no plan yet, or one bind will report
+    if not isinstance(old, list):
+        return now
+    if not any(isinstance(r, dict) and _STAMP_KEYS[0] in r for r in old):
+        return {**now, "shards": [{k: v for k, v in r.items() if k not in _STAMP_KEYS} for r in now["shards"]]}
+    for before, rec in zip(old, now["shards"]):
+        if not isinstance(before, dict) or before.get("shard") != rec["shard"]:
+            continue
+        for ext in ("bin", "idx"):
+            size, ht = before.get(f"{ext}_bytes"), before.get(f"{ext}_head_tail_sha256")
+            what = (f"size {size:,} -> {rec[f'{ext}_bytes']:,} bytes" if isinstance(size, int) and size != rec[f"{ext}_bytes"]
+                    else "same size, other content" if ht is not None and ht != rec[f"{ext}_head_tail_sha256"] else None)
+            if what:
+                raise FolderError(f"{folder}: data shard {rec['shard']}.{ext} changed since this run started ({what}); "
+                                  f"resuming would train on other data: restore it, or start over with --no-resume")
+    return now

@@ -36,7 +36,7 @@ from cuvee.train.loader import IGNORE_INDEX, PackedLoader
 from cuvee.train.mfu import flops_per_token, mfu, peak_flops
 from cuvee.train.model import Llama
 from cuvee.train.schedule import lr_at
-from cuvee.train.shards import data_identity, open_shards
+from cuvee.train.shards import data_identity, open_shards, resume_identity
 from cuvee.train.strict_json import dumps as strict_dumps
 
 log = logging.getLogger(__name__)
@@ -271,6 +271,7 @@ def _open_out_dir(out_dir: Path, binding: dict, resume: bool, info, held: ExitSt
             held.callback(lock.release)
             if not resume:  # start over: only a folder cuvee created is emptied, and only while we hold it
                 empty_owned(out_dir, "train", what=what)
+            binding = {**binding, "data": resume_identity(out_dir, binding["data"])}  # a rewritten shard: one line
             bind(out_dir, binding, what=what, fresh_hint="--no-resume")
             clean_stale_tmp(out_dir)  # e.g. a torch.save killed half-way through step_X.pt.tmp
         except Exception as e:
