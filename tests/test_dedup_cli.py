@@ -37,6 +37,30 @@ def _kept(work: Path) -> list[str]:
     return [json.loads(line)["id"] for f in sorted((work / "output").glob("*.jsonl")) for line in open(f)]
 
 
+def test_tasks_share_the_input_files(tmp_path, inputs):
+    """--tasks 2 over several files: both ranks read documents (rank r reads files[r::2]), the kept documents
+    are those of --tasks 1. A reader per file gave every file to rank 0 ("No files found ... for rank=1")."""
+    a, b = inputs
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    c = _write(sub / "c.jsonl", ["epsilon ten", "zeta eleven twelve", "epsilon ten"])
+    one, two = tmp_path / "w1", tmp_path / "w2"
+    res = _dedup("exact_dedup", str(a), str(b), str(c), "-w", str(one))
+    assert res.exit_code == 0, res.output
+    res = _dedup("exact_dedup", str(a), str(b), str(c), "-w", str(two), "--tasks", "2")
+    assert res.exit_code == 0, res.output
+    per_rank = [[json.loads(line)["id"] for line in open(two / "output" / f"{r:05d}.jsonl")] for r in range(2)]
+    assert all(per_rank), per_rank
+    assert sorted(per_rank[0] + per_rank[1]) == sorted(_kept(one)) == ["a-0", "a-2", "b-0", "b-1", "c-0", "c-1"]
+
+
+def test_line_break_in_an_input_name_is_one_line(tmp_path):
+    odd = _write(tmp_path / "odd\nname.jsonl", ["alpha"])
+    res = _dedup("exact_dedup", str(odd), "-w", str(tmp_path / "w"))
+    assert res.exit_code != 0 and "line break" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "w").exists()
+
+
 def test_other_input_in_same_folder_is_refused(tmp_path, inputs):
     a, b = inputs
     work = tmp_path / "w"

@@ -86,14 +86,24 @@ def _parse_params(param: tuple[str, ...]) -> dict:
     return params
 
 
-def _readers(files: list[str]) -> list:
+def _readers(files: list[str], work: Path) -> list:
+    """One reader per format over all of its files, so the ranks share them (rank r of N reads files[r::N]).
+
+    A reader per file would give every file to rank 0 (datatrove shards each reader's files across ranks).
+    The list goes to datatrove as a ``paths_file`` in the work folder, relative to the files' common folder."""
+    import os
+
     from datatrove.pipeline.readers import JsonlReader, ParquetReader
 
     readers = []
-    for f in files:
-        p = Path(f)
-        cls = ParquetReader if f.endswith(".parquet") else JsonlReader
-        readers.append(cls(str(p.parent), glob_pattern=p.name))
+    for ext, cls in (("jsonl", JsonlReader), ("parquet", ParquetReader)):
+        paths = [os.path.abspath(f) for f in files if f.endswith(".parquet") == (ext == "parquet")]
+        if not paths:
+            continue
+        root = os.path.commonpath([os.path.dirname(f) for f in paths])
+        listing = work / f"input_files.{ext}.txt"
+        listing.write_text("".join(os.path.relpath(f, root) + "\n" for f in paths), encoding="utf-8")
+        readers.append(cls(root, paths_file=str(listing)))
     return readers
 
 
@@ -117,6 +127,10 @@ def run(stage: str, inputs: tuple[str], work_dir: str, tasks: int, workers: int,
     from cuvee.folders import FolderError, owned
     params = _parse_params(param)
     files = _input_files(inputs)
+    odd = next((f for f in files if any(c != c.strip() or "\n" in c or "\r" in c for c in Path(f).parts)), None)
+    if odd is not None:  # the readers' file list holds one path a line, each stripped
+        raise click.ClickException(f"input file {odd!r}: a line break, or a space at either end of a name, is not "
+                                   f"supported in its path; rename it")
     work = Path(work_dir)
     try:
         resolved = get_stage(stage).params.model_validate(params).model_dump(mode="json")
@@ -129,7 +143,7 @@ def run(stage: str, inputs: tuple[str], work_dir: str, tasks: int, workers: int,
     what = "dedup work folder"
     try:
         with owned(work, "dedup", binding, fresh=fresh, what=what):
-            executors(barrier, _readers(files), work, tasks, workers)[-1].run()
+            executors(barrier, _readers(files, work), work, tasks, workers)[-1].run()
     except FolderError as e:
         raise click.ClickException(str(e)) from None
     for job, steps in merged_counters(work).items():
