@@ -19,10 +19,23 @@ from cuvee.train.shards import ShardSet
 
 
 @lru_cache(maxsize=4)
-def _tiktoken(name: str):
+def _tiktoken(name: str, fingerprint: str | None = None):
+    """The encoding a manifest names; None when it cannot be had offline for sure."""
     import tiktoken
 
-    return tiktoken.get_encoding(name)
+    try:
+        return tiktoken.get_encoding(name)
+    except ValueError:
+        pass
+    # a rank-file tokenizer (e.g. bytes256.tiktoken): the manifest records its name and fingerprint, not its path;
+    # the shipped file of that name is used only when it is the very same vocabulary
+    from cuvee.mixer import load_tokenizer
+
+    try:
+        tok = load_tokenizer(f"{name}.tiktoken")
+    except (OSError, ValueError):
+        return None
+    return tok.enc if fingerprint is not None and tok.fingerprint == fingerprint else None
 
 
 def document_bytes(tokens: np.ndarray, tokenizer: dict) -> int | None:
@@ -32,7 +45,8 @@ def document_bytes(tokens: np.ndarray, tokenizer: dict) -> int | None:
     if kind == "bytes":
         return int(toks.size)
     if kind == "tiktoken":
-        return len(_tiktoken(tokenizer["name"]).decode_bytes(toks.tolist()))
+        enc = _tiktoken(tokenizer["name"], tokenizer.get("fingerprint"))
+        return None if enc is None else len(enc.decode_bytes(toks.tolist()))
     try:  # other mixer tokenizers (e.g. Hugging Face tokenizer.json): decode, then count UTF-8 bytes
         return len(_mixer_tokenizer(json.dumps(tokenizer, sort_keys=True)).decode(toks.tolist()).encode("utf-8"))
     except Exception:  # noqa: BLE001 - unknown tokenizer: bpb is reported as None, loss still is
