@@ -72,7 +72,7 @@ def test_a_file_cuvee_did_not_write_is_refused_and_untouched(docs, tmp_path, con
         res = cli(src, "--endpoint", srv.url, "--model", "m", "--n", 2, "--out", out)
         assert srv.requests == 0  # refused before any request
     err = one_line_error(res)
-    assert "use another --out" in err and str(out) in err
+    assert "another --out" in err and str(out) in err
     assert out.read_text() == content and not Path(str(out) + ".summary.json").exists()
 
 
@@ -104,7 +104,7 @@ def test_second_annotate_process_on_the_same_out_gets_a_clear_message(docs, tmp_
         try:
             assert entered.wait(180), "the first process never asked the server"
             err = one_line_error(cli(src, "--endpoint", srv.url, "--model", "m", "--n", 1, "--out", out))
-            assert "another cuvee annotate process" in err
+            assert "another cuvee process" in err
         finally:
             release.set()
             stdout, stderr = first.communicate(timeout=120)

@@ -257,7 +257,7 @@ def test_mismatched_output_file_is_refused(docs_file, short_prompt, tmp_path):
     out.write_text(json.dumps({"id": "x", "model": "other-model", "prompt_sha256": "0" * 64}) + "\n")
     with serve(responder=lambda p, m, chat: ("Educational score: 1", 1, 1)) as srv:
         res = cli(docs_file, "--endpoint", srv.url, "--model", "m", "--prompt", short_prompt, "--n", 2, "--out", out)
-    assert res.exit_code == 1 and "use another --out" in res.output
+    assert res.exit_code == 1 and "another --out" in res.output
 
 
 # ---------------------------------------------------------------- annotations -> regression head -> transformer_quality

@@ -299,18 +299,33 @@ def _append(out: Path, todo: list, work, record, tally: Tally, batch_size: int, 
 def annotate(inputs: Iterable[str], out: str | Path, backend, prompt: PromptTemplate, n: int = 500, seed: int = 0,
              max_chars: int | None = 2000, limit: int | None = None, store_text: bool = True,
              score_pattern: str = DEFAULT_SCORE_PATTERN, max_score: float = 5, batch_size: int | None = None,
-             price_per_mtok: tuple[float, float] | None = None, progress: bool = True) -> dict:
-    """Sample, prompt, parse and append; returns the summary (also written to ``<out>.summary.json``)."""
+             price_per_mtok: tuple[float, float] | None = None, progress: bool = True, fresh: bool = False) -> dict:
+    """Sample, prompt, parse and append; returns the summary (also written to ``<out>.summary.json``).
+
+    ``out`` is bound to its plan (``<out>.json``): another plan is refused untouched unless ``fresh``, which
+    starts cuvee's own file over."""
+    from cuvee.pipeline.io import expand_paths
+
     t0 = time.perf_counter()
     out = Path(out)
     summary_path = Path(str(out) + ".summary.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    held = annotations_file.lock(out)
+    inputs = resolve_inputs(inputs)
+    files = expand_paths(inputs)
+    if any(os.path.realpath(f) == os.path.realpath(out) for f in files):
+        raise AnnotateError(f"--out {out} is one of the input files; use another --out")
+    settings = {"seed": seed, "max_chars": max_chars, "store_text": store_text, "score_pattern": score_pattern,
+                "max_score": max_score, "api": getattr(backend, "api", None),
+                "max_new_tokens": getattr(backend, "max_new_tokens", None)}
+    plan = annotations_file.plan(files, backend.name, prompt.name, prompt.sha256, settings)
+    held = annotations_file.claim(out, plan, fresh)
     try:
-        done, dropped = annotations_file.load_done(out, backend.name, prompt.sha256)
+        done, keep = annotations_file.read_done(out, backend.name, prompt.sha256)
         annotations_file.check_summary(summary_path)
         counts: dict = {}
-        sample = sample_documents(inputs, n, seed, counts)
+        sample = sample_documents(files, n, seed, counts)
+        annotations_file.check_texts(out, done, sample)
+        dropped = annotations_file.repair(out, keep)
+        annotations_file.bind(out, plan)
         pending = [d for d in sample if d.id not in done]
         todo = pending[:limit] if limit is not None else pending
         k = getattr(backend, "concurrency", 1)

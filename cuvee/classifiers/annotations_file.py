@@ -6,11 +6,18 @@ any other content is refused in one line, before any request, and never rewritte
 cuvee's own last write: a final line cut by a kill (an unparsable prefix of a record) is cut off and redone,
 and a complete last record that lost its newline gets it back. A sibling lock file
 (``.<name>.cuvee.lock``) keeps two annotate processes off the same file.
+
+The file is also bound to its plan (``outputs.claim_file``, as ``classify apply -o``): ``<out>.json`` records
+the annotator, the sample settings and the stamped input files; a rerun with another plan (an input rewritten,
+another input file) is refused untouched unless ``--fresh``, and an annotated id whose text changed is refused
+even when the stamps agree.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from pathlib import Path
 
 from cuvee.classifiers.llm_http import AnnotateError
@@ -18,6 +25,7 @@ from cuvee.folders import FolderError, FolderLock
 
 OWN_FIELDS = ("id", "text_sha256", "score", "answer", "model", "prompt", "prompt_sha256", "prompt_tokens",
               "completion_tokens")
+KIND = "classify-annotate"  # the kind in the <out>.json marker
 RECORD_HEAD = b'{"id": '  # how every record cuvee writes begins (json.dumps, "id" first)
 
 
@@ -43,6 +51,13 @@ def load_done(path: str | Path, model: str | None = None, prompt_sha256: str | N
 
     Refuses (AnnotateError) a file with any line that is not a cuvee annotation for ``model`` / ``prompt_sha256``
     (None: any), before changing a byte of it."""
+    done, keep = read_done(path, model, prompt_sha256)
+    return done, repair(path, keep)
+
+
+def read_done(path: str | Path, model: str | None = None, prompt_sha256: str | None = None) -> tuple[dict[str, dict], int]:
+    """Records already in ``path`` by id, and where cuvee's own file should end (a torn last line cut off);
+    refuses anything that is not a cuvee annotation for ``model`` / ``prompt_sha256``. Changes nothing."""
     path = Path(path)
     if not path.exists():
         return {}, 0
@@ -53,7 +68,7 @@ def load_done(path: str | Path, model: str | None = None, prompt_sha256: str | N
     while len(lines) > 1 and not lines[-1].strip():
         lines.pop()
     done: dict[str, dict] = {}
-    keep, dropped = len(data), 0
+    keep = len(data)
     for i, line in enumerate(lines):
         if not line.strip():
             continue
@@ -62,19 +77,47 @@ def load_done(path: str | Path, model: str | None = None, prompt_sha256: str | N
         except (json.JSONDecodeError, UnicodeDecodeError):
             if i == len(lines) - 1 and _torn(line.strip()):
                 keep = data.rfind(line)
-                dropped = 1
                 continue
             raise AnnotateError(f"{path}: line {i + 1} is not JSON; not an annotations file cuvee wrote: "
                                 "use another --out") from None
         _check_record(path, i + 1, rec, model, prompt_sha256)
         done[str(rec["id"])] = rec
-    if keep != len(data):
+    return done, keep
+
+
+def repair(path: str | Path, keep: int) -> int:
+    """Cut cuvee's torn last line (the file ends at ``keep``) or give a complete last record its newline back;
+    returns how many lines were cut (0 or 1)."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    size = path.stat().st_size
+    if keep != size:
         with open(path, "r+b") as f:
             f.truncate(keep)
-    elif data and not data.endswith(b"\n"):  # cuvee's own last record, cut just before its newline
-        with open(path, "ab") as f:
-            f.write(b"\n")
-    return done, dropped
+        return 1
+    if size:
+        with open(path, "rb") as f:
+            f.seek(size - 1)
+            last = f.read(1)
+        if last != b"\n":  # cuvee's own last record, cut just before its newline
+            with open(path, "ab") as f:
+                f.write(b"\n")
+    return 0
+
+
+def check_texts(path: Path, done: dict[str, dict], sample: list) -> None:
+    """Refuse when a sampled document already annotated in ``path`` now has another text: its record (score,
+    answer) would stand for a text that is no longer in the input."""
+    for doc in sample:
+        rec = done.get(doc.id)
+        if rec is None:
+            continue
+        now = hashlib.sha256(doc.text.encode("utf-8")).hexdigest()
+        if rec.get("text_sha256") != now:
+            raise AnnotateError(f"{path}: document {doc.id!r} was annotated from another text (text_sha256 "
+                                f"{str(rec.get('text_sha256'))[:12]} there, {now[:12]} in the input now); the input "
+                                "changed since: use another --out, or --fresh to annotate it again")
 
 
 def check_summary(path: Path) -> None:
@@ -89,12 +132,59 @@ def check_summary(path: Path) -> None:
         raise AnnotateError(f"{path} exists and is not a summary cuvee wrote; move it away or use another --out")
 
 
-def lock(out: Path) -> FolderLock:
-    """The exclusive lock on ``out`` (a sibling ``.<name>.cuvee.lock``), held for the whole run."""
+def plan(input_files: list[str], model: str, prompt: str, prompt_sha256: str, settings: dict) -> dict:
+    """What the file's records stand for: the annotator, the sample settings and the input files, each stamped
+    (size, mtime, head/tail SHA-256): a rewrite or another input set is another plan. ``--n`` is left out on
+    purpose: a larger sample extends a smaller one (same seed), so the file can be grown."""
+    from cuvee.pipeline.plan import local_file_stamp
+
+    inputs = {}
+    for f in input_files:
+        size, stamp = local_file_stamp(f)
+        inputs[os.path.abspath(f)] = {"bytes": size, **stamp}
+    return {"command": "classify annotate", "model": model, "prompt": prompt, "prompt_sha256": prompt_sha256,
+            "settings": settings, "inputs": inputs}
+
+
+def marker(out: Path) -> Path:
+    """``<out>.json``: cuvee's mark on the file and the plan it was written for (as ``classify apply``'s)."""
+    return Path(str(out) + ".json")
+
+
+def claim(out: Path, plan: dict, fresh: bool) -> FolderLock:
+    """Hold ``out``'s sibling lock (``.<name>.cuvee.lock``) for the whole run; refuse, untouched, a file cuvee did
+    not write or one written for another plan (``outputs.claim_file``). With ``fresh``, cuvee's own file (and its
+    summary) is removed first; the marker is written by :func:`bind` once every check passed."""
+    from cuvee.classifiers.outputs import claim_file
+
+    if out.is_file() and not marker(out).exists() and _own_records(out):
+        raise AnnotateError(f"{out} holds annotations from a cuvee that did not record their plan (no "
+                            f"{marker(out).name}), so its inputs cannot be checked: move it away, or use another --out")
     try:
-        return FolderLock(out.parent, what="folder of", lock_name=f".{out.name}.cuvee.lock").acquire()
+        held = claim_file(out, plan, fresh, kind=KIND, command="classify annotate", what="annotations file",
+                          companions=(".json", ".summary.json"), flag="--out")
     except FolderError as e:
-        if "in use" in str(e):
-            raise AnnotateError(f"{out} is being written by another cuvee annotate process; wait for it to finish, "
-                                "or use another --out") from None
         raise AnnotateError(str(e)) from None
+    if fresh:
+        try:
+            read_done(out)  # a cuvee marker over a file that is not cuvee's annotations: still refused
+            out.unlink(missing_ok=True)  # the records first: the old marker must never describe new records
+            Path(str(out) + ".summary.json").unlink(missing_ok=True)
+        except BaseException:
+            held.release()
+            raise
+    return held
+
+
+def bind(out: Path, plan: dict) -> None:
+    """Record ``plan`` as the one ``out`` is written for, before the first record is appended."""
+    from cuvee.classifiers.outputs import write_json
+
+    write_json(marker(out), {"kind": KIND, "plan": plan})
+
+
+def _own_records(out: Path) -> bool:
+    try:
+        return bool(read_done(out)[0])
+    except AnnotateError:
+        return False

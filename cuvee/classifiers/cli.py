@@ -295,9 +295,13 @@ def _apply(model, files, output: Path, name, positive_label, threshold, top_perc
 @click.option("--store-text/--no-store-text", default=True, show_default=True, help="keep the text (needed by classify train)")
 @click.option("--device", default="auto", show_default=True, help="local model: auto, cpu or cuda")
 @click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option("--fresh", is_flag=True, help="start over an annotations file cuvee wrote with another plan (inputs, model, prompt, settings)")
 def annotate_cmd(inputs, out, model, endpoint, api, api_key_env, prompt, n, seed, max_chars, max_new_tokens, concurrency,
-                 limit, retries, timeout, max_response_bytes, tokenizer, price_per_mtok, store_text, device, progress):
-    """Score a seeded sample of documents with an LLM (FineWeb-Edu prompt by default) into an annotations JSONL."""
+                 limit, retries, timeout, max_response_bytes, tokenizer, price_per_mtok, store_text, device, progress, fresh):
+    """Score a seeded sample of documents with an LLM (FineWeb-Edu prompt by default) into an annotations JSONL.
+
+    The file is cuvee's own and bound to its plan (``<out>.json``: the input files, model, prompt and settings;
+    a larger --n extends it): a rerun with another plan is refused untouched unless --fresh."""
     from cuvee.classifiers.annotate import LocalLM, annotate, load_prompt
     from cuvee.classifiers.llm_http import AnnotateError, HttpLM
 
@@ -316,7 +320,7 @@ def annotate_cmd(inputs, out, model, endpoint, api, api_key_env, prompt, n, seed
             backend = LocalLM(model, max_new_tokens=max_new_tokens, device=device)
         summary = annotate(inputs, out, backend, template, n=n, seed=seed, max_chars=max_chars, limit=limit,
                            store_text=store_text, price_per_mtok=tuple(price_per_mtok) if price_per_mtok else None,
-                           progress=progress)
+                           progress=progress, fresh=fresh)
     except (AnnotateError, FileNotFoundError) as e:
         raise click.ClickException(" ".join(str(e).split())) from None
     click.echo(json.dumps(summary, indent=2))

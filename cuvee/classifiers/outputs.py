@@ -68,28 +68,30 @@ def claim_model_file(output: str | Path, plan: dict, fresh: bool) -> FolderLock:
 
 
 def claim_file(output: str | Path, plan: dict, fresh: bool, *, kind: str, command: str, what: str,
-               companions: tuple[str, ...] = (".json",)) -> FolderLock:
+               companions: tuple[str, ...] = (".json",), flag: str = "--output") -> FolderLock:
     """Hold ``output``'s sibling lock; refuse it (and its ``companions``, the first being the ``.json`` marker)
-    when cuvee did not write it as ``kind``, or when its recorded plan differs and ``fresh`` is not set."""
+    when cuvee did not write it as ``kind``, or when its recorded plan differs and ``fresh`` is not set.
+    ``flag`` is the command's option for the file, named in the refusals."""
     output = Path(output)
     if output.exists() and not output.is_file():
-        raise FolderError(f"--output {output} exists and is not a file")
+        raise FolderError(f"{flag} {output} exists and is not a file")
     output.parent.mkdir(parents=True, exist_ok=True)
     lock = FolderLock(output.parent, what=f"{what} {output} (folder", lock_name=f".{output.name}.cuvee.lock")
     try:
         lock.acquire()
     except FolderError:
         raise FolderError(f"{what} {output} is being written by another cuvee process; wait for it to finish, "
-                          "or choose another --output") from None
+                          f"or choose another {flag}") from None
     try:
-        _check_owned(output, plan, fresh, kind, command, companions)
+        _check_owned(output, plan, fresh, kind, command, companions, flag)
     except BaseException:
         lock.release()
         raise
     return lock
 
 
-def _check_owned(output: Path, plan: dict, fresh: bool, kind: str, command: str, companions: tuple[str, ...]) -> None:
+def _check_owned(output: Path, plan: dict, fresh: bool, kind: str, command: str, companions: tuple[str, ...],
+                 flag: str) -> None:
     related = [Path(str(output) + c) for c in companions]
     if not any(p.exists() for p in (output, *related)):
         return
@@ -99,12 +101,12 @@ def _check_owned(output: Path, plan: dict, fresh: bool, kind: str, command: str,
         meta = None
     if not (isinstance(meta, dict) and meta.get("kind") == kind):
         raise FolderError(f"{output} (or its {' / '.join(companions)}) exists and was not written by cuvee {command}; "
-                          "cuvee replaces only its own files: choose another --output")
+                          f"cuvee replaces only its own files: choose another {flag}")
     old = meta.get("plan")
     if fresh or (isinstance(old, dict) and fingerprint(old) == fingerprint(plan)):
         return
     raise FolderError(f"{output} was written with a different plan ({_differing(old, plan)} differ); use --fresh to "
-                      "replace it, or choose another --output")
+                      f"replace it, or choose another {flag}")
 
 
 def write_json(path: Path, obj: dict) -> None:
