@@ -51,11 +51,11 @@ def test_fasttext_rerun_same_plan_ok_other_plan_refused_fresh_replaces(data, tmp
     assert json.loads((tmp_path / "model.bin.json").read_text())["plan"]["settings"]["dim"] == 8
     assert train(data, out).exit_code == 0  # the same plan: retrained in place
     before = out.read_bytes()
-    err = one_line(train(data, out, "--lr", "0.5"))
+    err = one_line(train(data, out, "--lr", "0.05"))
     assert "different plan" in err and "settings.lr" in err and out.read_bytes() == before
-    res = train(data, out, "--lr", "0.5", "--fresh")
+    res = train(data, out, "--lr", "0.05", "--fresh")
     assert res.exit_code == 0, res.output
-    assert json.loads((tmp_path / "model.bin.json").read_text())["plan"]["settings"]["lr"] == 0.5
+    assert json.loads((tmp_path / "model.bin.json").read_text())["plan"]["settings"]["lr"] == 0.05
 
 
 def test_fasttext_output_in_use_by_another_process_is_refused(data, tmp_path):
