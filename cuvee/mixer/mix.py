@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cuvee.folders import PLAN, FolderError, bind, claim, clean_stale_tmp, locked
+from cuvee.folders import PLAN, FolderError, bind, bind_check, claim, clean_stale_tmp, locked
 from cuvee.mixer.blend import greedy_blend
 from cuvee.mixer.config import MixConfig, MixConfigError, load_mix_config
 from cuvee.mixer.indexed import IndexedDataset, IndexedDatasetWriter, dtype_for_vocab
@@ -380,6 +380,18 @@ def _source_entry(src, plan: SourcePlan, scan, realised: int | None, docs_used: 
         "files": scan.files,
     }
     return entry
+
+
+def check_built(config_path, out_dir: str | Path) -> None:
+    """Raise ``FolderError`` unless ``out_dir`` holds a mix built from this very config and these source files.
+
+    For consumers that reuse a mix YAML materialised earlier (the trainer): an edited YAML or a changed source
+    file must stop the run, not silently train on the shards of the old plan."""
+    cfg = load_mix_config(config_path).blend_config()
+    tokenizer = _load_tokenizer(cfg)
+    files = [resolve_files(s) for s in cfg.sources]
+    bind_check(out_dir, _binding(cfg, tokenizer, files), what=WHAT,
+               fresh_hint=f"`cuvee mix {config_path} --fresh` (rebuild it)")
 
 
 def run_mix(

@@ -167,15 +167,19 @@ def _replay_sources(directory: Path, manifest: dict) -> dict[str, np.ndarray] | 
 
 
 def resolve_mix_yaml(path: Path) -> Path:
-    """A ``mixes/*.yaml`` is materialised once by the mixer (into its ``output_dir``) and reused after."""
+    """A ``mixes/*.yaml`` is materialised once by the mixer (into its ``output_dir``) and reused after, but only
+    while the folder's recorded plan is this YAML's: an edited YAML or changed source files are refused."""
     try:
         from cuvee.mixer import run_mix
         from cuvee.mixer.config import load_mix_config
+        from cuvee.mixer.mix import check_built
     except ImportError as e:
         raise RuntimeError(f"{path}: mix YAMLs need cuvee.mixer; pass a mixer output directory instead") from e
     cfg = load_mix_config(path)
     out = Path(cfg.output_dir or f"out/mix/{cfg.name}")
-    if not (out / "manifest.json").exists():
+    if (out / "manifest.json").exists():
+        check_built(path, out)
+    else:
         log.info("materialising mix %s into %s", path, out)
         run_mix(str(path), out_dir=str(out))
     return out
