@@ -14,6 +14,7 @@ import datetime as _dt
 import re
 from typing import Any
 
+from cuvee.card.chosen_by import chosen_by_lines
 from cuvee.card.escape import Md, cell, code, text
 from cuvee.card.frontmatter import iso_language
 from cuvee.card.funnel import funnel_rows, is_dedup_stage
@@ -378,6 +379,7 @@ class CardWriter:
             + ". Token counts in this section are exact (counted by the mixer's tokenizer)."
         )
         lines += _selections(m.get("selections"))
+        lines += chosen_by_lines(m)
         if shards:
             lines.append("\n" + table(["shard", "documents", "tokens"], [[code(s.get('prefix')), n(s.get("documents")), n(s.get("tokens"))] for s in shards[:50]]))
         return "\n".join(lines) + "\n"

@@ -149,6 +149,8 @@ class MixConfig(BaseModel):
     batch_size: int = Field(512, gt=0, description="documents per tokenizer batch")
     threads: int | None = Field(None, gt=0, description="tokenizer threads (default: all cores)")
     description: str = ""
+    chosen_by: dict[str, Any] | None = Field(None, description="written by `cuvee mix search`: how the weights were "
+                                             "chosen (fits, proof verdicts); shown by `cuvee card`, never executed")
 
     _name = field_validator("name")(_plain_name)
 

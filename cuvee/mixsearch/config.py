@@ -14,6 +14,7 @@ Example (``mixes/search_demo.yaml``)::
       - {name: docs, paths: ..., text_key: main_content, where: {...}, weight: 1.0, max_docs: 60}
     proxy: {train: configs/train/tiny.yaml, tokens: 40000}   # train config (model, optim, seq_len, batch)
     proof: {seeds: [0, 1, 2], tokens: 40000, current: mixes/demo.yaml}
+    transfer: {top_k: 2, bottom_k: 2, tokens: 160000}        # optional: do the ranks hold at a larger budget?
 """
 
 from __future__ import annotations
@@ -114,6 +115,15 @@ class ProofConfig(_Strict):
         return v
 
 
+class TransferConfig(_Strict):
+    """The transfer check: the ``top_k`` best and ``bottom_k`` worst proxies (by the weighted target metric)
+    trained again for ``tokens`` tokens (a larger budget), and the rank correlation between the two budgets."""
+
+    top_k: int = Field(2, ge=1, le=10_000)
+    bottom_k: int = Field(2, ge=1, le=10_000)
+    tokens: int = Field(..., gt=0, le=10**13)
+
+
 class SearchConfig(_Strict):
     name: str = Field(..., pattern=NAME_PATTERN)
     tokenizer: TokenizerSpec
@@ -123,6 +133,7 @@ class SearchConfig(_Strict):
     targets: list[Target] = Field(..., min_length=1)
     proxy: ProxyConfig
     proof: ProofConfig = ProofConfig()
+    transfer: TransferConfig | None = None
     concentration: float = Field(1.0, gt=0, le=1e4)  # Dirichlet concentration per source (see sampling.py)
     decontam_threshold: float = Field(0.8, gt=0, le=1)
     output_dir: str = "runs/mix_search/${name}"
@@ -149,6 +160,9 @@ class SearchConfig(_Strict):
         if self.mixtures < len(self.sources) + 1:
             raise ValueError(f"mixtures: {self.mixtures} is fewer than sources + 1 = {len(self.sources) + 1}: "
                              f"the fit would be under-determined")
+        if self.transfer is not None and self.transfer.top_k + self.transfer.bottom_k > self.mixtures:
+            raise ValueError(f"transfer: top_k + bottom_k = {self.transfer.top_k + self.transfer.bottom_k} is more "
+                             f"than the {self.mixtures} mixtures")
         if isinstance(self.proof.current, dict):
             known = {s.name for s in self.sources}
             extra = sorted(set(self.proof.current) - known)

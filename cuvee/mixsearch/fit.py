@@ -9,11 +9,18 @@ Fits (per target; every one deterministic, so a rerun on the same proxies gives 
 ``separable``   the same law with one implicit domain per source, ``L(w) = c + sum_j k_j exp(-t_j w_j)``
                 (``k_j, t_j >= 0``): each source lowers the loss of "its part" of the target with diminishing
                 returns; convex, so a blended target gets an interior optimum.
+``powerlaw``    separable with a data-scaling shape, ``L(w) = c + sum_j k_j (w_j + eps)^-a`` (``k_j, a >= 0``,
+                ``eps = 0.01``: what the other sources transfer when source j is absent): one exponent shared
+                by all sources, so n + 2 parameters, and for a fixed ``a`` the rest is a non-negative linear
+                least-squares problem, solved exactly on a grid of ``a`` and then polished. Steadier than
+                ``separable`` with few proxies (its fit has no local minima in ``k`` and ``c``).
 ``ridge``       RegMix-style regression (Liu et al., 2024): ridge on the weights and their pairwise products,
                 the penalty chosen by leave-one-out error (closed form through the hat matrix).
 
-Choice: leave-one-out over the proxies (each refit without one proxy predicts it); the fit with the highest
-LOO Spearman between predicted and measured loss wins, ties broken by LOO RMSE.
+Choice: leave-one-out over the proxies (each refit without one proxy predicts it). The fits whose LOO
+Spearman between predicted and measured loss is within ``SPEARMAN_TOL`` (0.02) of the best are taken as tied,
+and of those the one with the lowest LOO RMSE wins (ranks from 10-20 proxies move by more than 0.02 when one
+proxy changes, so a rank lead that small says less than a clearly smaller error).
 """
 
 from __future__ import annotations
@@ -26,7 +33,10 @@ from scipy import optimize, stats
 
 from cuvee.mixsearch.sampling import project
 
-FITS = ("loglinear", "separable", "ridge")
+FITS = ("loglinear", "separable", "powerlaw", "ridge")
+SPEARMAN_TOL = 0.02  # LOO Spearman values this close count as tied; the lower LOO RMSE wins
+POWER_EPS = 0.01
+POWER_EXPONENTS = np.geomspace(0.02, 4.0, 41)  # the grid over the shared exponent a (then polished)
 RIDGE_ALPHAS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 
 
@@ -44,6 +54,9 @@ class Fit:
         if self.kind == "separable":
             k, t = np.exp(p[1:1 + n]), np.exp(p[1 + n:1 + 2 * n])
             return p[0] + (k[None, :] * np.exp(-w * t[None, :])).sum(1)
+        if self.kind == "powerlaw":
+            k, a = np.exp(p[1:1 + n]), math.exp(p[1 + n])
+            return p[0] + (k[None, :] * (w + POWER_EPS) ** -a).sum(1)
         mean, scale, coef, icpt = _ridge_unpack(p, n)
         return (_features(w) - mean) / scale @ coef + icpt
 
@@ -99,6 +112,33 @@ def _fit_separable(w: np.ndarray, y: np.ndarray) -> Fit:
     return Fit("separable", tuple(float(x) for x in p))
 
 
+def _power_nnls(w: np.ndarray, y: np.ndarray, a: float) -> tuple[float, float, np.ndarray]:
+    """For a fixed exponent: (SSE, c, k >= 0) by non-negative least squares (c free: split into c+ and c-)."""
+    x = (w + POWER_EPS) ** -a
+    ones = np.ones((len(y), 1))
+    scale = np.maximum(x.max(0), 1e-12)
+    sol, rnorm = optimize.nnls(np.hstack([ones, -ones, x / scale]), y, maxiter=50 * (x.shape[1] + 2))
+    return float(rnorm ** 2), float(sol[0] - sol[1]), sol[2:] / scale
+
+
+def _fit_powerlaw(w: np.ndarray, y: np.ndarray) -> Fit:
+    n = w.shape[1]
+    sse, c, k, a = min(((*_power_nnls(w, y, a), a) for a in POWER_EXPONENTS), key=lambda t: t[0])
+    floor = 1e-12 * max(float(np.abs(y).max()), 1.0)
+    x0 = np.concatenate([[c], np.log(np.maximum(k, floor)), [math.log(a)]])
+
+    def resid(p):
+        return p[0] + (np.exp(np.clip(p[1:1 + n], -60, 50))[None, :] * (w + POWER_EPS) ** -math.exp(
+            np.clip(p[1 + n], -10, 2))).sum(1) - y
+
+    r = optimize.least_squares(resid, x0, method="trf", max_nfev=2000)
+    p = r.x if float(np.sum(r.fun ** 2)) < sse else x0  # the polish never makes the fit worse
+    p = p.copy()
+    p[1:1 + n] = np.clip(p[1:1 + n], -60, 50)
+    p[1 + n] = np.clip(p[1 + n], -10, 2)
+    return Fit("powerlaw", tuple(float(v) for v in p))
+
+
 def _ridge_solve(x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarray, float]:
     xm = np.column_stack([x, np.ones(len(y))])
     reg = alpha * np.eye(xm.shape[1])
@@ -127,7 +167,7 @@ def _fit_ridge(w: np.ndarray, y: np.ndarray) -> Fit:
     return Fit("ridge", tuple(float(v) for v in np.concatenate([mean, scale, coef, [icpt]])))
 
 
-FITTERS = {"loglinear": _fit_loglinear, "separable": _fit_separable, "ridge": _fit_ridge}
+FITTERS = {"loglinear": _fit_loglinear, "separable": _fit_separable, "powerlaw": _fit_powerlaw, "ridge": _fit_ridge}
 
 
 def loo(kind: str, w: np.ndarray, y: np.ndarray) -> dict:
@@ -142,18 +182,23 @@ def loo(kind: str, w: np.ndarray, y: np.ndarray) -> dict:
             "loo_mae": float(np.mean(np.abs(err))), "loo_predictions": pred.tolist()}
 
 
+def choose(scores: dict[str, dict], tol: float = SPEARMAN_TOL) -> str:
+    """The fit with the lowest LOO RMSE among those whose LOO Spearman is within ``tol`` of the best."""
+    def rho(k):
+        r = scores[k]["loo_spearman"]
+        return r if math.isfinite(r) else -2.0
+
+    best = max(rho(k) for k in scores)
+    tied = [k for k in scores if rho(k) >= best - tol - 1e-12]
+    return min(tied, key=lambda k: (scores[k]["loo_rmse"], -rho(k), list(scores).index(k)))
+
+
 def fit_target(w: np.ndarray, y: np.ndarray) -> dict:
-    """Every fit of one target, their LOO scores, and the chosen one (highest LOO Spearman, then RMSE)."""
+    """Every fit of one target, their LOO scores, and the chosen one (see :func:`choose`)."""
     scores = {k: loo(k, w, y) for k in FITS}
     for k in FITS:
         scores[k]["params"] = list(FITTERS[k](w, y).params)
-
-    def rank(k):
-        rho = scores[k]["loo_spearman"]
-        return (-(rho if math.isfinite(rho) else -2.0), scores[k]["loo_rmse"])
-
-    chosen = min(FITS, key=rank)
-    return {"chosen": chosen, "fits": scores}
+    return {"chosen": choose(scores), "spearman_tol": SPEARMAN_TOL, "fits": scores}
 
 
 def fit_of(result: dict) -> Fit:

@@ -1,5 +1,5 @@
-"""The search's outputs: the pick as a ready mix YAML, ``report.json``, ``report.md`` and a plot of the
-leave-one-out predicted vs measured loss (``predicted_vs_measured.png``, when matplotlib is installed).
+"""The search's outputs: the pick as a ready mix YAML, ``report.json``, ``report.md`` and the figures of
+cuvee/mixsearch/plots.py (when matplotlib is installed).
 
 Everything here is recomputed from the job records, so a resumed search writes the same files."""
 
@@ -29,8 +29,23 @@ def rounded_weights(w: np.ndarray, digits: int = 6) -> list[float]:
     return r
 
 
-def write_pick_yaml(cfg, names: list[str], weights: np.ndarray, out: Path) -> Path:
-    """``<out>/pick.yaml``: a mix config (``cuvee mix``) with the picked weights and the search's sources."""
+def chosen_by(report: dict, out: Path) -> dict:
+    """What the pick's mix config records about its choice (``cuvee card`` shows it): the search, its report,
+    per target the chosen fit and its LOO scores, the proof verdicts and the transfer check."""
+    fits = {t: {"fit": f["chosen"], "loo_spearman": f["fits"][f["chosen"]]["loo_spearman"],
+                "loo_rmse": f["fits"][f["chosen"]]["loo_rmse"], "proxies": len(report["proxies"])}
+            for t, f in report["fits"].items()}
+    proof = {t: {arm: {"verdict": v["verdict"], "metric": v["metric"], "effect": v["effect"], "ci95": list(v["ci95"])}
+                 for arm, v in per.items()} for t, per in (report.get("verdicts") or {}).items()}
+    transfer = report.get("transfer")
+    return {"search": report["name"], "report": str((out / "report.md").resolve()), "fits": fits,
+            "proof": proof or "not run", "transfer": transfer["verdict"] if transfer else "not run",
+            "warnings": list(report.get("warnings") or [])}
+
+
+def write_pick_yaml(cfg, names: list[str], weights: np.ndarray, out: Path, chosen: dict | None = None) -> Path:
+    """``<out>/pick.yaml``: a mix config (``cuvee mix``) with the picked weights and the search's sources, and
+    ``chosen_by`` (see :func:`chosen_by`) when given."""
     sources = []
     for s, w in zip(cfg.sources, rounded_weights(weights)):
         entry = {"name": s.name, "paths": list(s.paths), "weight": w, "max_epochs": s.max_epochs}
@@ -47,6 +62,8 @@ def write_pick_yaml(cfg, names: list[str], weights: np.ndarray, out: Path) -> Pa
            "target_tokens": cfg.proof_tokens, "seed": cfg.seed,
            "tokenizer": spec.get("name") or spec.get("path") if set(spec) <= {"kind", "name", "path"} else spec,
            "output_dir": f"out/mix/{cfg.name}_pick", "sources": sources}
+    if chosen is not None:
+        mix["chosen_by"] = chosen
     path = out / "pick.yaml"
     _atomic(path, "# written by cuvee mix search; see report.md next to it\n"
             + yaml.safe_dump(mix, sort_keys=False, allow_unicode=True))
@@ -66,6 +83,7 @@ def render_markdown(r: dict) -> str:
              + ", ".join(f"{t['name']} (weight {t['weight']:g})" for t in cfg["targets"]) + ".",
              ("Mixtures: the natural token shares, one corner per source, then Dirichlet draws around the natural "
              "shares, all within the bounds (cuvee/mixsearch/sampling.py)."), "",
+             *(x for w in r.get("warnings") or [] for x in (f"**Warning:** {w}", "")),
              "## Pick", "",
              "| source | available tokens | bounds | natural | uniform | pick |", "|---|---|---|---|---|---|"]
     pw = r["pick"]["weights"]
@@ -74,6 +92,10 @@ def render_markdown(r: dict) -> str:
                      f"{plan['natural'][i]:.3f} | {plan['uniform'][i]:.3f} | **{pw[n]:.3f}** |")
     lines += ["", (f"Predicted weighted target metric at the pick: {_fmt(r['pick']['predicted'])}. "
               f"Ready mix config: `{r['pick']['mix_yaml']}`."), "", "## Fits (leave-one-out over the proxies)", "",
+              (f"Fits: log-linear mixing law, separable exponential, separable power law (one shared exponent), "
+               f"RegMix-style ridge (cuvee/mixsearch/fit.py). Chosen: among the fits whose LOO Spearman is within "
+               f"{_fmt(next(iter(r['fits'].values()), {}).get('spearman_tol'), 'g')} of the best, the lowest LOO "
+               f"RMSE."), "",
               "| target | fit | LOO Spearman | LOO RMSE | LOO MAE | chosen |", "|---|---|---|---|---|---|"]
     for t, f in r["fits"].items():
         for k, s in f["fits"].items():
@@ -99,6 +121,9 @@ def render_markdown(r: dict) -> str:
         for arm, runs in r["proof"].items():
             sh = runs[str(seeds[0])]["shares_trained"]
             lines.append(f"- {arm}: " + ", ".join(f"{n} {100 * x:.1f} %" for n, x in sh.items()))
+    lines += _transfer_lines(r.get("transfer"))
+    if r.get("plots"):
+        lines += ["", "## Figures", "", *(f"![{name}]({name})" for name in r["plots"])]
     lines += ["", "## Proxies", "", "| # | kind | " + " | ".join(names) + " | " + " | ".join(
         t["name"] for t in cfg["targets"]) + " | wall s | CPU s |", "|" + "---|" * (4 + len(names) + len(cfg["targets"]))]
     for i, (p, kind) in enumerate(zip(r["proxies"], plan["kinds"])):
@@ -112,37 +137,26 @@ def render_markdown(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _plot(out: Path, r: dict) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    targets = list(r["fits"])
-    fig, axes = plt.subplots(1, len(targets), figsize=(4.5 * len(targets), 4), squeeze=False)
-    for ax, t in zip(axes[0], targets):
-        f = r["fits"][t]
-        measured = [p["targets"][t]["value"] for p in r["proxies"]]
-        pred = f["fits"][f["chosen"]]["loo_predictions"]
-        ax.scatter(measured, pred, s=18)
-        lo, hi = min(measured + pred), max(measured + pred)
-        ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8)
-        ax.set_title(f"{t}: {f['chosen']} (LOO rho {f['fits'][f['chosen']]['loo_spearman']:.2f})", fontsize=9)
-        ax.set_xlabel("measured")
-        ax.set_ylabel("predicted (leave-one-out)")
-    fig.tight_layout()
-    path = out / "predicted_vs_measured.png"
-    tmp = out / f".predicted_vs_measured.png.{os.getpid()}.tmp"
-    fig.savefig(tmp, format="png", dpi=90, metadata={"Software": None})
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path.name
+def _transfer_lines(t: dict | None) -> list[str]:
+    if not t:
+        return []
+    lines = ["", "## Transfer check", "",
+             (f"The {t['top_k']} best and {t['bottom_k']} worst proxies (mixtures {', '.join(map(str, t['mixtures']))})"
+              f" trained again at {t['transfer_tokens']:,} tokens (proxies: {t['proxy_tokens']:,}), same seed. "
+              f"Verdict: **{t['verdict']}**."), "",
+             "| target | Spearman between budgets | (best, worst) pairs in the same order | values at proxy budget | "
+             "values at transfer budget |", "|---|---|---|---|---|"]
+    for name, row in t["targets"].items():
+        lines.append(f"| {name} | {_fmt(row['spearman'], '.2f')} | {100 * row['pairs_same_order']:.0f} % | "
+                     + ", ".join(f"{x:.4f}" for x in row["proxy_budget"]) + " | "
+                     + ", ".join(f"{x:.4f}" for x in row["transfer_budget"]) + " |")
+    return lines
 
 
 def write_report(out: Path, report: dict) -> None:
-    report["plot"] = _plot(out, report)
+    from cuvee.mixsearch.plots import draw
+
+    report["plots"] = draw(out, report)
     _atomic(out / "report.json", strict_dumps(report, indent=2, default=_default))
     _atomic(out / "report.md", render_markdown(report))
 

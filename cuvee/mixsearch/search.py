@@ -36,6 +36,7 @@ from cuvee.mixsearch.config import (
 )
 from cuvee.mixsearch.fit import fit_of, fit_target, pick
 from cuvee.mixsearch.proxies import steps_for, train_proxy
+from cuvee.mixsearch.transfer import TransferBudgetError, check_budget, select, summarize
 from cuvee.train.verdict import compare
 
 WHAT = "search folder"
@@ -61,7 +62,7 @@ def _files(text_set) -> list[dict]:
 
 def _binding(cfg: SearchConfig, train, tokenizer) -> dict:
     c = cfg.model_dump(mode="json")
-    for key in ("output_dir", "threads", "description", "proof"):  # the proof is bound per job record instead
+    for key in ("output_dir", "threads", "description", "proof", "transfer"):  # proof, transfer: per job record
         c.pop(key)
     t = train.model_dump(mode="json")
     return {"config": c, "proxy_train": {k: t[k] for k in ("model", "optim", "micro_batch", "grad_accum", "attention")}
@@ -122,20 +123,29 @@ def dry_run(path) -> dict:
     arms = 3 + (cfg.proof.current is not None)
     proxy_tokens = steps_for(train, cfg.proxy.tokens) * train.data.seq_len * train.micro_batch * train.grad_accum
     proof_tokens = steps_for(train, cfg.proof_tokens) * train.data.seq_len * train.micro_batch * train.grad_accum
-    total = cfg.mixtures * proxy_tokens + (arms * len(cfg.proof.seeds) * proof_tokens if cfg.proof.enabled else 0)
+    transfer_tokens = _trained_tokens(train, cfg.transfer.tokens) if cfg.transfer else 0
+    transfer_runs = cfg.transfer.top_k + cfg.transfer.bottom_k if cfg.transfer else 0
+    total = cfg.mixtures * proxy_tokens + (arms * len(cfg.proof.seeds) * proof_tokens if cfg.proof.enabled else 0) \
+        + transfer_runs * transfer_tokens
     return {**plan, "name": cfg.name, "dry_run": True, "available_estimated": True,
             "output_dir": str(cfg.resolved_out_dir()), "proxy_steps": steps_for(train, cfg.proxy.tokens),
             "proxy_tokens": proxy_tokens, "proof_runs": arms * len(cfg.proof.seeds) if cfg.proof.enabled else 0,
-            "proof_tokens": proof_tokens, "params": params, "total_train_tokens": total,
+            "proof_tokens": proof_tokens, "transfer_runs": transfer_runs, "transfer_tokens": transfer_tokens,
+            "params": params, "total_train_tokens": total,
             "train_flops": 6.0 * params * total}
 
 
-def _job(out: Path, path: Path, weights, seed: int, run, what: str, say) -> dict:
-    """A record from ``path`` when it holds this very job (weights, seed), else train and record it."""
+def _trained_tokens(train, tokens: int) -> int:
+    return steps_for(train, tokens) * train.data.seq_len * train.micro_batch * train.grad_accum
+
+
+def _job(out: Path, path: Path, weights, seed: int, tokens: int, run, what: str, say) -> dict:
+    """A record from ``path`` when it holds this very job (weights, seed, tokens trained), else train and
+    record it."""
     if path.exists():
         try:
             rec = json.loads(path.read_text())
-            if np.allclose(rec["weights"], weights, atol=1e-12) and rec["seed"] == seed:
+            if np.allclose(rec["weights"], weights, atol=1e-12) and rec["seed"] == seed and rec["tokens"] == tokens:
                 return rec
         except (OSError, ValueError, KeyError, TypeError):
             pass
@@ -181,9 +191,23 @@ def _verdicts(cfg: SearchConfig, proof: dict, targets: dict) -> dict:
     return out
 
 
+WEAK_SPEARMAN = 0.5  # a chosen fit ranking the proxies worse than this cannot support a pick
+
+
+def _weak_fits(fits: dict) -> list[str]:
+    out = []
+    for t, f in fits.items():
+        rho = f["fits"][f["chosen"]]["loo_spearman"]
+        if not np.isfinite(rho) or rho < WEAK_SPEARMAN:
+            out.append(f"target {t}: the best fit ({f['chosen']}) ranks held-out proxies with LOO Spearman "
+                       f"{rho:.2f} < {WEAK_SPEARMAN}: the pick is not supported for this target (the proxies' "
+                       f"differences are within their noise); use more or longer proxies, or more target documents")
+    return out
+
+
 def run_search(path, out_dir: str | Path | None = None, fresh: bool = False, say=print) -> dict:
     """Run (or resume) the search; returns the report (also ``report.json`` / ``report.md`` in the folder)."""
-    from cuvee.mixsearch.report import write_pick_yaml, write_report
+    from cuvee.mixsearch.report import chosen_by, write_pick_yaml, write_report
 
     cfg, train = load_search_config(path)
     tok = _tokenizer(cfg)
@@ -200,6 +224,12 @@ def run_search(path, out_dir: str | Path | None = None, fresh: bool = False, say
         for t in cfg.targets:
             tokenize_once(t, tok, out, 1.0, say)
         plan = plan_mixtures(cfg, [m["tokens"] for m in metas])
+        if cfg.transfer is not None:
+            try:
+                check_budget(cfg.transfer.tokens, plan["sources"], plan["hi"], plan["available_tokens"],
+                             [s.max_epochs for s in cfg.sources])
+            except TransferBudgetError as e:
+                raise SearchError(f"search '{cfg.name}': {e}") from None
         recorded = out / "plan.json"
         if recorded.exists() and json.loads(recorded.read_text()) != plan:
             raise SearchError(f"{recorded}: the recorded mixtures differ from the ones this search computes now "
@@ -215,34 +245,49 @@ def run_search(path, out_dir: str | Path | None = None, fresh: bool = False, say
         proxies = []
         for i, w in enumerate(plan["mixtures"]):
             proxies.append(_job(out, out / "proxies" / f"p{i:03d}.json", w, cfg.seed,
-                                runner(w, cfg.seed, cfg.proxy.tokens), f"proxy {i + 1}/{len(plan['mixtures'])}", say))
+                                _trained_tokens(train, cfg.proxy.tokens), runner(w, cfg.seed, cfg.proxy.tokens),
+                                f"proxy {i + 1}/{len(plan['mixtures'])}", say))
         w = np.asarray(plan["mixtures"])
         fits = {t.name: fit_target(w, np.array([p["targets"][t.name]["value"] for p in proxies])) for t in cfg.targets}
+        warnings = _weak_fits(fits)
+        for line in warnings:
+            say(f"[search] warning: {line}")
         lo, hi = np.asarray(plan["lo"]), np.asarray(plan["hi"])
         order = np.argsort([sum(t.weight * p["targets"][t.name]["value"] for t in cfg.targets) for p in proxies])
         starts = np.vstack([w[order[:3]], [plan["natural"], plan["uniform"]]])
         picked, predicted = pick({n: fit_of(f) for n, f in fits.items()}, {t.name: t.weight for t in cfg.targets},
                                  lo, hi, starts)
-        pick_path = write_pick_yaml(cfg, plan["sources"], picked, out)
+        pick_path = write_pick_yaml(cfg, plan["sources"], picked, out)  # usable now; chosen_by once proven
         proof = {}
         if cfg.proof.enabled:
             arms = _arms(cfg, plan, picked)
             for seed in cfg.proof.seeds:
                 for arm, aw in arms.items():
                     rec = _job(out, out / "proof" / f"{arm}_seed{seed}.json", aw, seed,
-                               runner(aw, seed, cfg.proof_tokens), f"proof {arm} seed {seed}", say)
+                               _trained_tokens(train, cfg.proof_tokens), runner(aw, seed, cfg.proof_tokens),
+                               f"proof {arm} seed {seed}", say)
                     proof.setdefault(arm, {})[seed] = rec
         verdicts = _verdicts(cfg, proof, targets) if proof else {}
+        transfer = None
+        if cfg.transfer is not None:
+            tw = {t.name: t.weight for t in cfg.targets}
+            chosen = select(proxies, tw, cfg.transfer.top_k, cfg.transfer.bottom_k)
+            reruns = [_job(out, out / "transfer" / f"p{i:03d}_{cfg.transfer.tokens}.json", plan["mixtures"][i], cfg.seed,
+                           _trained_tokens(train, cfg.transfer.tokens),
+                           runner(plan["mixtures"][i], cfg.seed, cfg.transfer.tokens),
+                           f"transfer proxy {i} at {cfg.transfer.tokens:,} tokens", say) for i in chosen]
+            transfer = summarize(proxies, chosen, reruns, tw, cfg.transfer.top_k)
         report = {"name": cfg.name, "config": cfg.model_dump(mode="json"), "plan": plan, "proxies": [
                       {k: v for k, v in p.items()} | {"targets": {n: {k: x for k, x in r.items() if not k.startswith("doc_")}
                                                       for n, r in p["targets"].items()}} for p in proxies],
                   "fits": fits, "pick": {"weights": dict(zip(plan["sources"], picked.tolist())),
                                          "predicted": predicted, "mix_yaml": str(pick_path)},
-                  "decontamination": decontam, "verdicts": verdicts,
+                  "decontamination": decontam, "verdicts": verdicts, "transfer": transfer, "warnings": warnings,
                   "proof": {arm: {str(s): {k: v for k, v in r.items() if k != "targets"} | {
                       "targets": {n: x["value"] for n, x in r["targets"].items()}} for s, r in runs.items()}
                       for arm, runs in proof.items()}}
         write_report(out, report)
+        write_pick_yaml(cfg, plan["sources"], picked, out, chosen_by(report, out))
     say(f"[search] done in {time.perf_counter() - t0:.1f} s this session")
     say(f"[search] pick: {', '.join(f'{n} {x:.3f}' for n, x in zip(plan['sources'], picked))} -> {pick_path}")
     return report

@@ -1,0 +1,111 @@
+"""The search's transfer check on a tiny setting: the best and worst proxies trained again at a larger budget,
+the rank correlation between budgets reported; a rerun trains nothing; a budget past the epoch caps is refused
+before any proxy trains."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from test_mix_search import _cli, _config, _data, _yaml
+
+
+def _tiny(files: dict, **over) -> dict:
+    cfg = _config(files, mixtures=5, proof={"seeds": [0, 1], "enabled": False},
+                  transfer={"top_k": 2, "bottom_k": 2, "tokens": 512 * 16})
+    cfg["proxy"]["tokens"] = 512 * 8
+    cfg["targets"][0]["max_docs"] = 20
+    cfg.update(over)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from cuvee.mixsearch.search import run_search
+
+    d = tmp_path_factory.mktemp("transfer")
+    files = _data(d)
+    cfg = _yaml(d / "s.yaml", _tiny(files))
+    report = run_search(cfg, d / "out", say=lambda m: None)
+    return {"d": d, "cfg": cfg, "out": d / "out", "report": report, "files": files}
+
+
+def test_transfer_retrains_best_and_worst_at_the_larger_budget(tiny):
+    r, out = tiny["report"], tiny["out"]
+    t = r["transfer"]
+    assert t["top_k"] == 2 and t["bottom_k"] == 2 and len(t["mixtures"]) == 4
+    assert t["proxy_tokens"] == 512 * 8 and t["transfer_tokens"] == 512 * 16
+    measured = [r["proxies"][i]["targets"]["blend"]["value"] for i in t["mixtures"]]
+    assert measured[:2] == sorted(measured)[:2] and measured[2:] == sorted(measured)[2:]  # best two, worst two
+    for i in t["mixtures"]:
+        rec = json.loads((out / "transfer" / f"p{i:03d}_{512 * 16}.json").read_text())
+        assert rec["tokens"] == 512 * 16 and rec["weights"] == r["plan"]["mixtures"][i]
+    row = t["targets"]["blend"]
+    assert row["proxy_budget"] == pytest.approx(measured)
+    assert -1 <= row["spearman"] <= 1 and 0 <= row["pairs_same_order"] <= 1
+    assert t["verdict"] in ("ranks held", "ranks partly held", "ranks did not hold")
+    md = (out / "report.md").read_text()
+    assert "## Transfer check" in md and t["verdict"] in md
+    assert {"top_weights.png", "source_effect.png", "predicted_vs_measured.png"} <= set(r["plots"])
+    assert all((out / p).stat().st_size > 1000 for p in r["plots"])
+
+
+def test_rerun_trains_nothing_and_another_transfer_budget_trains_only_the_transfers(tiny):
+    from cuvee.mixsearch.search import run_search
+
+    out = tiny["out"]
+    events = (out / "events.jsonl").read_text().splitlines()
+    assert len(events) == 5 + 4
+    run_search(tiny["cfg"], out, say=lambda m: None)
+    assert (out / "events.jsonl").read_text().splitlines() == events
+    bigger = _yaml(tiny["d"] / "s3.yaml", _tiny(tiny["files"], transfer={"top_k": 1, "bottom_k": 1,
+                                                                          "tokens": 512 * 24}))
+    r = run_search(bigger, out, say=lambda m: None)
+    new = [json.loads(x)["job"] for x in (out / "events.jsonl").read_text().splitlines()[len(events):]]
+    assert sorted(new) == sorted(f"p{i:03d}_{512 * 24}" for i in r["transfer"]["mixtures"])
+
+
+def test_transfer_budget_past_the_epoch_caps_is_refused_before_training(tmp_path, capsys):
+    files = _data(tmp_path)
+    cfg = _yaml(tmp_path / "s.yaml", _tiny(files, transfer={"top_k": 1, "bottom_k": 1, "tokens": 10**9}))
+    code, _, err = _cli(["mix", "search", str(cfg), "--out", str(tmp_path / "o")], capsys)
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert "transfer.tokens 1,000,000,000 would read past max_epochs for en" in err
+    assert not (tmp_path / "o" / "proxies").exists()
+
+
+def test_transfer_asking_for_more_mixtures_than_there_are_is_one_line(tmp_path, capsys):
+    files = _data(tmp_path)
+    cfg = _yaml(tmp_path / "s.yaml", _tiny(files, transfer={"top_k": 3, "bottom_k": 3, "tokens": 8192}))
+    code, _, err = _cli(["mix", "search", str(cfg), "--dry-run"], capsys)
+    assert code == 1 and "top_k + bottom_k = 6 is more than the 5 mixtures" in err
+
+
+def test_pick_yaml_carries_chosen_by_and_the_card_shows_it_escaped(tiny, tmp_path):
+    import yaml
+
+    from cuvee.card.chosen_by import chosen_by_lines
+    from cuvee.mixer.mix import run_mix
+
+    r, out = tiny["report"], tiny["out"]
+    pick = yaml.safe_load((out / "pick.yaml").read_text())
+    cb = pick["chosen_by"]
+    chosen = r["fits"]["blend"]["chosen"]
+    assert cb["search"] == "planted" and cb["report"] == str((out / "report.md").resolve())
+    assert cb["fits"]["blend"] == {"fit": chosen, "loo_spearman": r["fits"]["blend"]["fits"][chosen]["loo_spearman"],
+                                   "loo_rmse": r["fits"]["blend"]["fits"][chosen]["loo_rmse"], "proxies": 5}
+    assert cb["proof"] == "not run" and cb["transfer"] == r["transfer"]["verdict"]
+    manifest = run_mix(out / "pick.yaml", out_dir=tmp_path / "mix", dry_run=True)  # the mixer accepts it as is
+    md = "\n".join(chosen_by_lines(manifest))
+    assert "### How these weights were chosen" in md and f"`{chosen}`" in md and "Proof: not run." in md
+    assert f"{cb['fits']['blend']['loo_spearman']:.3f}" in md
+    assert chosen_by_lines({"config": {"name": "plain"}}) == []
+    hostile = {"config": {"chosen_by": {"search": "<script>x</script>", "fits": {"t|x": {"fit": "`a`", "loo_spearman":
+               "<b>1</b>", "loo_rmse": float("nan"), "proxies": 3}}, "proof": {"t": {"natural": {
+               "verdict": "<img src=x onerror=alert(1)>", "metric": "bpb", "effect": "x", "ci95": [0.1, "<i>"]}}},
+               "transfer": "**held**"}}}
+    md = "\n".join(chosen_by_lines(hostile))
+    assert "<script>" not in md and "<img" not in md and "<b>" not in md and "<i>" not in md and "**held**" not in md
+    assert "t\\|x" in md or "t&#124;x" in md
+    assert chosen_by_lines({"config": {"chosen_by": ["a"]}})[-1].startswith("The mix config's `chosen_by` is not")
