@@ -109,3 +109,35 @@ def test_pick_yaml_carries_chosen_by_and_the_card_shows_it_escaped(tiny, tmp_pat
     assert "<script>" not in md and "<img" not in md and "<b>" not in md and "<i>" not in md and "**held**" not in md
     assert "t\\|x" in md or "t&#124;x" in md
     assert chosen_by_lines({"config": {"chosen_by": ["a"]}})[-1].startswith("The mix config's `chosen_by` is not")
+
+
+@pytest.mark.slow
+def test_kill_during_fitting_then_rerun_trains_nothing_again_and_gives_the_same_pick(tiny, tmp_path):
+    """SIGKILL once every proxy is recorded and before any transfer run starts (the search is fitting and
+    picking then); the same command finishes without training a proxy twice, with the uninterrupted pick."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from cuvee.mixsearch.search import run_search
+
+    out = tmp_path / "out"
+    code = f"from cuvee.mixsearch.search import run_search; run_search({str(tiny['cfg'])!r}, {str(out)!r})"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 600
+    while not (out / "proxies" / "p004.json").exists():
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stderr.close()
+    assert not (out / "transfer").exists() and not (out / "report.json").exists()  # killed while fitting
+    r = run_search(tiny["cfg"], out, say=lambda m: None)
+    jobs = [json.loads(x)["job"] for x in (out / "events.jsonl").read_text().splitlines()]
+    assert sorted(jobs) == sorted({*(f"p{i:03d}" for i in range(5)),
+                                   *(f"p{i:03d}_{512 * 16}" for i in r["transfer"]["mixtures"])}), jobs
+    assert r["pick"]["weights"] == tiny["report"]["pick"]["weights"]
+    assert r["fits"] == tiny["report"]["fits"] and r["transfer"]["targets"] == tiny["report"]["transfer"]["targets"]
