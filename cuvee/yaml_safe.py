@@ -62,6 +62,15 @@ class _CountingLoader(yaml.SafeLoader):
             self.depth -= 1
 
 
+class _InertTagsLoader(_CountingLoader):
+    """The same limits, and any application tag (lm-eval's ``!function utils.f``) kept as its text
+    (``"!function utils.f"``): nothing is imported, run or built beyond plain data."""
+
+
+_InertTagsLoader.add_multi_constructor("!", lambda loader, suffix, node: f"!{suffix} {loader.construct_scalar(node)}"
+                                       if isinstance(node, yaml.ScalarNode) else f"!{suffix}")
+
+
 class _TooManyAliases(Exception):
     pass
 
@@ -126,18 +135,20 @@ def _short(text: str, n: int = _MAX_SNIPPET) -> str:
 
 def load_yaml(text: str, where: str = "<yaml>", *, max_aliases: int = MAX_ALIASES,
               max_nodes: int = MAX_EXPANDED_NODES, max_bytes: int = MAX_EXPANDED_BYTES,
-              max_depth: int = MAX_DEPTH) -> Any:
+              max_depth: int = MAX_DEPTH, inert_tags: bool = False) -> Any:
     """Parse one YAML document like ``yaml.safe_load``, refusing alias bombs, recursive aliases and deep nesting.
 
     Raises :class:`YamlSyntaxError` for invalid YAML and :class:`YamlTooLargeError` for a document using more
     than ``max_aliases`` aliases, nested more than ``max_depth`` levels, or expanding to more than
     ``max_nodes`` nodes or more scalar bytes than ``max_bytes`` (or than the text itself, if larger);
     every message starts with ``where``, fits on one line and is at most a few hundred characters.
+    ``inert_tags``: a tagged scalar (``!function utils.f``) becomes the string ``"!function utils.f"`` instead of
+    an error, for reading files written for other tools (lm-eval task YAMLs) as data.
     """
     where = _short(where, 200)
     if not isinstance(text, str):
         raise YamlSyntaxError(f"{where}: not valid YAML: expected text, got {type(text).__name__}")
-    loader = _CountingLoader(text, max_aliases, max_depth)
+    loader = (_InertTagsLoader if inert_tags else _CountingLoader)(text, max_aliases, max_depth)
     byte_limit = max(max_bytes, len(text.encode("utf-8", "replace")))
     try:
         try:

@@ -91,3 +91,21 @@ def test_train_set_override_alias_bomb_is_refused():
         _parse_overrides(("x=" + "[" * 500 + "]" * 500,))
     assert not isinstance(ei.value, RecursionError)
     assert "nested" in str(ei.value) and len(str(ei.value)) < 400
+
+
+def test_inert_tags_read_tool_files_as_data_under_the_same_limits():
+    """lm-eval task YAMLs carry `!function`: read as text (decontamination needs their fields), never run, and
+    an alias bomb in such a file is refused like any other."""
+    import pytest
+
+    from cuvee.yaml_safe import YamlSyntaxError, YamlTooLargeError, load_yaml
+
+    text = "process_docs: !function utils.process\ndoc_to_text: '{{question}}'\n"
+    assert load_yaml(text, "task.yaml", inert_tags=True) == {"process_docs": "!function utils.process",
+                                                             "doc_to_text": "{{question}}"}
+    with pytest.raises(YamlSyntaxError):
+        load_yaml(text, "task.yaml")
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    with pytest.raises(YamlTooLargeError):
+        load_yaml(bomb + "f: !function x.y\n", "task.yaml", inert_tags=True)

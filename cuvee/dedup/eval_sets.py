@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
+from cuvee.yaml_safe import YamlLoadError, load_yaml
 
 TASKS_DIR = Path(__file__).resolve().parents[1] / "assets" / "eval_tasks"
 FILE_FORMATS = ("jsonl", "json", "parquet", "csv", "txt")
@@ -55,11 +55,10 @@ def file_format(path: str) -> str:
 
 
 # ---- lm-evaluation-harness task YAMLs, read without lm-eval ---------------------------------------------------
-class _InertLoader(yaml.SafeLoader):
-    """Safe YAML where any tag (``!function utils.f``) is kept as its text: nothing is imported or run."""
-
-
-_InertLoader.add_multi_constructor("!", lambda loader, suffix, node: f"!{suffix} {loader.construct_scalar(node)}")
+def _read_task_yaml(path: Path):
+    """A task YAML as plain data: tags (``!function utils.f``) kept as text, nothing imported or run, and the
+    alias / depth / size limits every cuvee YAML has."""
+    return load_yaml(path.read_text(encoding="utf-8"), str(path), inert_tags=True)
 
 
 def task_files(include_path: tuple[str, ...] = ()) -> dict[str, Path]:
@@ -69,8 +68,8 @@ def task_files(include_path: tuple[str, ...] = ()) -> dict[str, Path]:
         for p in sorted(Path(folder).expanduser().rglob("*.y*ml")):
             out[p.stem] = p
             try:
-                name = yaml.load(p.read_text(encoding="utf-8"), Loader=_InertLoader).get("task")
-            except (yaml.YAMLError, OSError, AttributeError, UnicodeDecodeError):
+                name = _read_task_yaml(p).get("task")
+            except (YamlLoadError, OSError, AttributeError, UnicodeDecodeError):
                 continue
             if isinstance(name, str):
                 out[name] = p
@@ -79,8 +78,10 @@ def task_files(include_path: tuple[str, ...] = ()) -> dict[str, Path]:
 
 def _load_task_yaml(path: Path, depth: int = 0) -> dict:
     try:
-        cfg = yaml.load(path.read_text(encoding="utf-8"), Loader=_InertLoader)
-    except (yaml.YAMLError, OSError, UnicodeDecodeError) as e:
+        cfg = _read_task_yaml(path)
+    except YamlLoadError as e:
+        raise EvalSetError(f"task file {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
         raise EvalSetError(f"task file {path}: {' '.join(str(e).split())[:200]}") from None
     if not isinstance(cfg, dict):
         raise EvalSetError(f"task file {path}: not a mapping")
