@@ -62,11 +62,8 @@ def _sha(data: bytes) -> str:
 
 
 def _file_sha(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _read_record(folder: Path) -> dict[str, list[str]]:

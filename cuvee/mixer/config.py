@@ -36,7 +36,17 @@ __all__ = ["OPERATORS", "MixConfig", "MixConfigError", "SelectionConfig", "Sourc
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
 
 
-def _plain_name(v: str) -> str:
+def listify(v):
+    """``paths: one/file.jsonl`` means a list of one (a ``mode="before"`` validator)."""
+    return [v] if isinstance(v, str) else v
+
+
+def where_condition(v: dict) -> dict:
+    """A ``where:`` mapping checked by the mixer's rules (wrapped: a validator's second argument is pydantic's)."""
+    return check_where(v)
+
+
+def plain_name(v: str) -> str:
     """A name that becomes a file or folder name (``out/mix/<name>``, ``<name>_00000.bin``): no ``.``/``..``,
     no hidden names, nothing that could step out of the folder it is joined to."""
     if v.startswith("."):
@@ -64,13 +74,10 @@ class SelectionConfig(BaseModel):
     weight: float = Field(..., description="share of the target, in tokens (like a source's weight)")
     max_epochs: float = Field(1.0, gt=0, description="how often this selection may be repeated to meet its weight")
 
-    _name = field_validator("name")(_plain_name)
+    _name = field_validator("name")(plain_name)
     _weight = field_validator("weight")(_positive_weight)
 
-    @field_validator("where")
-    @classmethod
-    def _where(cls, v: dict) -> dict:
-        return check_where(v)
+    _where = field_validator("where")(where_condition)
 
 
 class SourceConfig(BaseModel):
@@ -86,18 +93,12 @@ class SourceConfig(BaseModel):
     text_key: str = Field("text", description="field holding the text (e.g. main_content)")
     min_chars: int = Field(1, ge=0, description="documents with fewer characters are counted and skipped")
 
-    _name = field_validator("name")(_plain_name)
+    _name = field_validator("name")(plain_name)
     _weight = field_validator("weight")(_positive_weight)
 
-    @field_validator("paths", mode="before")
-    @classmethod
-    def _listify(cls, v):
-        return [v] if isinstance(v, str) else v
+    _paths = field_validator("paths", mode="before")(listify)
 
-    @field_validator("where")
-    @classmethod
-    def _where(cls, v: dict) -> dict:
-        return check_where(v)
+    _where = field_validator("where")(where_condition)
 
     @model_validator(mode="after")
     def _weight_or_selections(self):
@@ -152,7 +153,7 @@ class MixConfig(BaseModel):
     chosen_by: dict[str, Any] | None = Field(None, description="written by `cuvee mix search`: how the weights were "
                                              "chosen (fits, proof verdicts); shown by `cuvee card`, never executed")
 
-    _name = field_validator("name")(_plain_name)
+    _name = field_validator("name")(plain_name)
 
     @field_validator("tokenizer", mode="before")
     @classmethod

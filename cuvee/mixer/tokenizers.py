@@ -220,11 +220,8 @@ class HFTokenizer(Tokenizer):
 
 def sha256_file(path: str | Path) -> str:
     """Streaming SHA-256 of a file (tokenizer files, shards, source files)."""
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _ranks_fingerprint(mergeable_ranks: dict[bytes, int], special: dict[str, int], pattern: str) -> str:

@@ -26,9 +26,8 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from cuvee.mixer.config import NAME_PATTERN, SourceConfig
+from cuvee.mixer.config import NAME_PATTERN, SourceConfig, listify, plain_name, where_condition
 from cuvee.mixer.tokenizers import TokenizerSpec
-from cuvee.mixer.where import check_where
 from cuvee.train.config import TrainConfig, _Strict, read_config_yaml
 from cuvee.train.config_errors import ConfigError, describe
 
@@ -46,22 +45,9 @@ class TextSet(_Strict):
     where: dict[str, Any] = Field(default_factory=dict)
     min_chars: int = Field(1, ge=0)
 
-    @field_validator("paths", mode="before")
-    @classmethod
-    def _listify(cls, v):
-        return [v] if isinstance(v, str) else v
-
-    @field_validator("where")
-    @classmethod
-    def _where(cls, v: dict) -> dict:
-        return check_where(v)
-
-    @field_validator("name")
-    @classmethod
-    def _plain(cls, v: str) -> str:
-        if v.startswith("."):
-            raise ValueError(f"name {v!r} must not start with '.' (it names cache files)")
-        return v
+    _paths = field_validator("paths", mode="before")(listify)
+    _where = field_validator("where")(where_condition)
+    _name = field_validator("name")(plain_name)
 
     def as_mix_source(self, max_epochs: float = 1.0) -> SourceConfig:
         """The mixer's view of this set (weight 1: the weight is chosen per mixture, not here)."""
