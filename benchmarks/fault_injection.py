@@ -39,7 +39,6 @@ import gzip
 import hashlib
 import json
 import random
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,6 +56,7 @@ from _faults.common import (
     Proc,
     cuvee,
     env,
+    finish,
     lock_held,
     snapshot,
     t_after_launch,
@@ -349,15 +349,7 @@ def main() -> int:
           f"duplicates: {totals['dup']}; losses: {totals['loss']}; extras: {totals['extra']}; changed texts: "
           f"{totals['changed']}; refusals expected {len(refusals)}, observed {n_ref_ok}; "
           f"wall {time.monotonic() - t_start:.0f} s")
-    if fails:
-        print("\nFAILURES:")
-        for x in fails:
-            print("  " + x)
-    if args.keep or fails:
-        print(f"kept: {tmp}")
-    else:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return 1 if fails else 0
+    return finish(fails, args.keep, tmp)
 
 
 if __name__ == "__main__":

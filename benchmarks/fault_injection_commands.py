@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import shutil
 import sys
 import tempfile
 import time
@@ -41,6 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
+from _faults.common import finish
 from _faults.driver import drive, report
 
 COMMANDS = ("dedup", "annotate", "mix", "train")
@@ -102,15 +102,7 @@ def main(argv=None) -> int:
     print(f"\nwall {time.monotonic() - t0:.0f} s")
     if args.report:
         Path(args.report).write_text(md + "\n")
-    if fails:
-        print("\nFAILURES:")
-        for f in fails:
-            print("  " + f)
-    if args.keep or fails:
-        print(f"kept: {tmp}")
-    else:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return 1 if fails else 0
+    return finish(fails, args.keep, tmp)
 
 
 if __name__ == "__main__":

@@ -217,3 +217,18 @@ def run_once(argv: list[str], log: Path, timeout: float = 300) -> subprocess.Com
     with open(log, "a") as fh:
         fh.write(f"\n$ {' '.join(map(str, argv))}\n{r.stdout}{r.stderr}[rc {r.returncode}]\n")
     return r
+
+
+def finish(fails: list[str], keep: bool, tmp: Path) -> int:
+    """Print the failures, keep the temporary folder when asked or when something failed; the exit status."""
+    import shutil
+
+    if fails:
+        print("\nFAILURES:")
+        for f in fails:
+            print("  " + f)
+    if keep or fails:
+        print(f"kept: {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 1 if fails else 0
