@@ -55,27 +55,27 @@ def refuse_remote_code(folder: str | Path) -> None:
                                  f"architecture")
 
 
-def load_options(model: str) -> dict:
-    """``from_pretrained`` keyword arguments for ``model``: local folders stay local, hub ids obey HF_HUB_OFFLINE."""
+def local_files_only(model: str) -> bool:
+    """Local folders stay local (after the ``auto_map`` check); hub ids download unless HF_HUB_OFFLINE is set."""
     if os.path.isdir(model):
         refuse_remote_code(model)
-        return {"local_files_only": True, "trust_remote_code": False}
+        return True
     if looks_like_hub_id(model):
-        return {"local_files_only": hub_offline(), "trust_remote_code": False}
+        return hub_offline()
     raise ModelLoadError(f"{model}: no such model folder (and not a Hugging Face hub id)")
 
 
 def pretrained(auto_cls, model: str, **kwargs):
-    """``auto_cls.from_pretrained(model)`` with :func:`load_options`; failures become one-line ModelLoadErrors."""
-    opts = load_options(str(model))
+    """Load ``model`` with ``auto_cls``, never running a model's code; failures become one-line ModelLoadErrors."""
+    local_only = local_files_only(str(model))
     try:
-        return auto_cls.from_pretrained(str(model), **opts, **kwargs)
+        return auto_cls.from_pretrained(str(model), local_files_only=local_only, trust_remote_code=False, **kwargs)
     except (OSError, ValueError) as e:
         msg = " ".join(str(e).split())
         if "trust_remote_code" in msg or "custom code" in msg:
             raise ModelLoadError(f"{model}: needs custom code (auto_map); cuvee never runs code from a model "
                                  f"(trust_remote_code=False)") from None
-        if opts["local_files_only"] and not os.path.isdir(model):
+        if local_only and not os.path.isdir(model):
             raise ModelLoadError(f"{model}: not in the Hugging Face cache and HF_HUB_OFFLINE is set") from None
         raise ModelLoadError(f"cannot load {model}: {msg[:300]}") from None
 
