@@ -201,7 +201,7 @@ def load_causal_lm(model: str, device: str = "auto"):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from cuvee.classifiers.embedder import pick_device
-    from cuvee.classifiers.hf_loading import ModelLoadError, pretrained
+    from cuvee.hf_loading import ModelLoadError, pretrained
 
     try:
         tok = pretrained(AutoTokenizer, model)

@@ -30,9 +30,9 @@ def _one_line(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         from cuvee.classifiers.fasttext_check import FastTextFileError
-        from cuvee.classifiers.hf_loading import ModelLoadError
         from cuvee.classifiers.llm_http import AnnotateError
         from cuvee.folders import FolderError
+        from cuvee.hf_loading import ModelLoadError
 
         try:
             return fn(*args, **kwargs)

@@ -68,7 +68,7 @@ class Encoder:
             import torch
             from transformers import AutoModel, AutoTokenizer
 
-            from cuvee.classifiers.hf_loading import pretrained
+            from cuvee.hf_loading import pretrained
 
             if self.threads:
                 torch.set_num_threads(self.threads)

@@ -33,12 +33,12 @@ import numpy as np
 from datatrove.data import Document
 from datatrove.pipeline.filters.base_filter import BaseFilter
 
-from cuvee.classifiers.hf_loading import (
+from cuvee.classifiers.scoring import ScoreAnnotator
+from cuvee.hf_loading import (
     looks_like_hub_id,
     pretrained,
     refuse_remote_code,
 )
-from cuvee.classifiers.scoring import ScoreAnnotator
 
 # characters per token kept before tokenising: bounds the cost of megabyte pages, never binding on real text
 CHARS_PER_TOKEN_CAP = 64

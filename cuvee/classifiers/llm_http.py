@@ -186,7 +186,7 @@ class HttpLM:
     def _count_tokens(self, prompt: str, answer: str) -> tuple[int | None, int | None]:
         """Token counts when the endpoint sends no ``usage``: the model's tokenizer, if it loads offline."""
         from cuvee.classifiers.annotate import encode_prompt
-        from cuvee.classifiers.hf_loading import load_tokenizer_offline
+        from cuvee.hf_loading import load_tokenizer_offline
 
         with self._tok_lock:
             if self._tok is None:

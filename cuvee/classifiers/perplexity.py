@@ -58,7 +58,7 @@ def model_kind(folder: str | Path) -> str:
     if (folder / "checkpoints").is_dir() or any(folder.glob("step_*.pt")):
         return "cuvee"
     if (folder / "config.json").is_file() and (any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))):
-        from cuvee.classifiers.hf_loading import refuse_remote_code
+        from cuvee.hf_loading import refuse_remote_code
 
         refuse_remote_code(folder)  # at build time: custom model code is refused before any work
         return "hf"
@@ -136,7 +136,7 @@ class _LM:
         import torch
         from transformers import AutoModelForCausalLM
 
-        from cuvee.classifiers.hf_loading import pretrained
+        from cuvee.hf_loading import pretrained
 
         self.checkpoint = str(folder)
         self.model = pretrained(AutoModelForCausalLM, folder, dtype=torch.float32).to(self.device)

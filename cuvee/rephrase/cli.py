@@ -33,7 +33,7 @@ def load_style(name: str):
 
 def _tokenizer(tokenizer: str | None, model: str, max_input_tokens: int):
     """The tokenizer that cuts documents for an endpoint: ``--tokenizer``, else the model's if it is local."""
-    from cuvee.classifiers.hf_loading import (
+    from cuvee.hf_loading import (
         ModelLoadError,
         load_tokenizer_offline,
         pretrained,

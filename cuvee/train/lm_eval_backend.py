@@ -194,20 +194,14 @@ def _quiet_loggers(quiet: bool):
 # ------------------------------------------------------------------------------------------- evaluate
 
 def refuse_remote_code(model_dir: Path) -> None:
-    """A model folder whose config or tokenizer config maps classes to its own Python (``auto_map``) is
-    refused in one line: cuvee loads models with ``trust_remote_code=False`` and never runs a folder's code."""
-    for name in ("config.json", "tokenizer_config.json"):
-        path = model_dir / name
-        if not path.is_file():
-            continue
-        try:
-            cfg = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as e:
-            raise EvalTaskError(f"{model_dir}: {name} is not readable JSON ({' '.join(str(e).split())[:200]})") from None
-        if isinstance(cfg, dict) and cfg.get("auto_map"):
-            raise EvalTaskError(f"{model_dir}: {name} has auto_map (the folder's own Python code for "
-                                f"{', '.join(map(str, cfg['auto_map']))}); cuvee loads models with "
-                                f"trust_remote_code=False and never runs code from a model folder: refused")
+    """:func:`cuvee.hf_loading.refuse_remote_code` (``auto_map`` in the folder's configs), as an EvalTaskError."""
+    from cuvee.hf_loading import ModelLoadError
+    from cuvee.hf_loading import refuse_remote_code as refuse
+
+    try:
+        refuse(model_dir)
+    except ModelLoadError as e:
+        raise EvalTaskError(str(e)) from None
 
 
 def evaluate_hf(model_dir: str | Path, tasks: list[str], limit: int | None = None, batch_size: int | str = 8,

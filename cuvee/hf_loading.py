@@ -1,6 +1,7 @@
 """Loading Hugging Face models, tokenizers and configs without running their code or downloading unasked.
 
-Every ``from_pretrained`` in ``cuvee.classifiers`` goes through :func:`pretrained`:
+Every ``from_pretrained`` in the classifiers and ``cuvee rephrase`` goes through :func:`pretrained`, and
+``eval-downstream`` checks its model folder with :func:`refuse_remote_code` before lm-eval loads it:
 
 * ``trust_remote_code=False`` always, and a folder whose ``config.json`` / ``tokenizer_config.json`` has
   ``auto_map`` (custom Python shipped with the weights) is refused in one line naming the folder, before
