@@ -19,7 +19,6 @@ from _faults.common import (
     lock_held,
     rewrite_same_size,
     swap_case_edit,
-    thin,
 )
 from _faults.driver import Scenario
 
@@ -125,7 +124,7 @@ class Annotate(Scenario):
         scored = sum(r.get("score") is not None for r in recs)
         return f"{N_DOCS} documents, sample of {SAMPLE}: {len(recs)} records ({scored} scored), concurrency 2"
 
-    def triggers(self, w: AnnotateWatch, n: int, rng: random.Random) -> list:
+    def fixed_triggers(self, w: AnnotateWatch) -> list:
         trig = [
             Trigger("first request received", lambda s, t, ctx: s.requests() > 0),
             Trigger("first records appended", lambda s, t, ctx: s.lines() >= 1),
@@ -133,8 +132,7 @@ class Annotate(Scenario):
             Trigger(f"{SAMPLE // 2} of {SAMPLE} records written", lambda s, t, ctx: s.lines() >= SAMPLE // 2),
             Trigger(f"{SAMPLE - 2} of {SAMPLE} records written (near the end)", lambda s, t, ctx: s.lines() >= SAMPLE - 2),
         ]
-        picked = thin(trig, max(1, n - 1))
-        return picked + [self.random_trigger(rng)] if n > 1 else picked
+        return trig
 
     def random_trigger(self, rng: random.Random) -> Trigger:
         k = rng.randint(1, SAMPLE - 1)

@@ -15,7 +15,6 @@ from _faults.common import (
     rewrite_same_size,
     swap_case_edit,
     t_after_bound,
-    thin,
 )
 from _faults.driver import Scenario
 from _faults.jobs import (
@@ -102,7 +101,7 @@ class Dedup(Scenario):
         return (f"{self.n_docs} documents in 4 JSONL files, {kept} kept; jobs "
                 + ", ".join(f"{n} ({t} rank{'s' if t > 1 else ''})" for n, _k, t in self.jobs))
 
-    def triggers(self, w: DedupWatch, n: int, rng: random.Random) -> list:
+    def fixed_triggers(self, w: DedupWatch) -> list:
         w.tick(0.0)
         self.jobs = list(w.jobs)
         end = max(w.end.values(), default=10.0)
@@ -116,9 +115,8 @@ class Dedup(Scenario):
             else:
                 trig.append(job_in(name, 0.5, self.dur[name]))
         trig += [output_appears(1), all_done(self.jobs)]
-        picked = thin(trig, max(1, n - 1))
         self.work_s = max(0.1, end - bound)
-        return picked + [self.random_trigger(rng)] if n > 1 else picked
+        return trig
 
     def random_trigger(self, rng: random.Random):
         return t_after_bound(rng.uniform(0.0, self.work_s))

