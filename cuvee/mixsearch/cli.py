@@ -22,6 +22,35 @@ def _plan_text(p: dict) -> str:
     return "\n".join(lines)
 
 
+def _devices(ctx, param, value):
+    if value is None:
+        return ()
+    parts = [p.strip() for p in value.split(",")]
+    if not all(p.isdigit() for p in parts) or len(set(parts)) != len(parts) or len(parts) > 1024:
+        raise click.BadParameter(f"{value!r}: give distinct device numbers separated by commas, e.g. 0,1,2,3")
+    return tuple(int(p) for p in parts)
+
+
+SLURM_ONLY = ("partition", "time", "cpus_per_task", "gpus_per_task", "mem_per_cpu_gb", "no_wait")
+
+
+def _placement(workers, devices, slurm, opts: dict):
+    """Where the jobs train; placement is not part of the folder's plan (a search resumes with any)."""
+    from cuvee.mixsearch.slurm import SlurmOptions
+    from cuvee.mixsearch.workers import Placement
+
+    given = [k for k in SLURM_ONLY if opts[k] not in (None, False)]
+    if not slurm and given:
+        raise click.UsageError(f"--{given[0].replace('_', '-')} goes with --slurm")
+    if slurm and (workers is not None or devices):
+        raise click.UsageError("--workers/--devices place local workers; with --slurm each job is an array task "
+                               "(use --gpus-per-task / --cpus-per-task)")
+    if not slurm:
+        return Placement(workers=workers or 1, devices=devices)
+    keep = {k: v for k, v in opts.items() if k != "no_wait" and v is not None}
+    return Placement(slurm=SlurmOptions(**keep), wait=not opts["no_wait"])
+
+
 @click.command("search")
 @click.argument("config", metavar="SEARCH.yaml", type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
@@ -29,30 +58,49 @@ def _plan_text(p: dict) -> str:
 @click.option("--dry-run", is_flag=True, help="print the plan (mixtures, tokens per proxy, cost) without training")
 @click.option("--fresh", is_flag=True, help="empty the search folder first (only a folder cuvee created)")
 @click.option("--json", "as_json", is_flag=True, help="print the plan or the report as JSON")
-def mix_search(config, out_dir, dry_run, fresh, as_json):
+@click.option("--workers", type=click.IntRange(1, 1024), default=None,
+              help="train the jobs in K local worker processes (default 1: in this process)")
+@click.option("--devices", callback=_devices, default=None, metavar="0,1,..",
+              help="pin local workers to these devices (CUDA_VISIBLE_DEVICES), one worker per device by default")
+@click.option("--slurm", is_flag=True, help="train each phase's jobs as one SLURM job array")
+@click.option("--partition", default=None, help="SLURM partition (default: the cluster's default)")
+@click.option("--time", "time_", default=None, metavar="HH:MM:SS", help="SLURM time limit per task (04:00:00)")
+@click.option("--cpus-per-task", type=click.IntRange(1, 4096), default=None, help="SLURM CPUs per task (1)")
+@click.option("--gpus-per-task", type=click.IntRange(0, 4096), default=None, help="SLURM GPUs per task (0)")
+@click.option("--mem-per-cpu-gb", type=click.IntRange(1, 4096), default=None, help="SLURM memory per CPU, GB (2)")
+@click.option("--no-wait", is_flag=True, help="with --slurm: submit and exit; rerun the command to go on")
+def mix_search(config, out_dir, dry_run, fresh, as_json, workers, devices, slurm, partition, time_, cpus_per_task,
+               gpus_per_task, mem_per_cpu_gb, no_wait):
     """Choose mix weights by experiment: N small proxies over the bounded simplex of source weights,
     per-target fits (mixing law, RegMix-style ridge) chosen by leave-one-out Spearman, the pick written as a
     mix YAML, and a paired-seed proof of the pick against the natural and uniform mixes.
 
-    A rerun resumes: finished proxies are never trained again; a changed search file is refused."""
+    A rerun resumes: finished proxies are never trained again; a changed search file is refused. Jobs train
+    here, in --workers K local processes (--devices 0,1,..), or as SLURM arrays (--slurm)."""
     import json
 
     from cuvee.folders import FolderError
     from cuvee.mixer.config import MixConfigError
     from cuvee.mixsearch.caches import EmptyTargetError
     from cuvee.mixsearch.config import SearchConfigError
-    from cuvee.mixsearch.search import SearchError, run_search
+    from cuvee.mixsearch.search import SearchError, Submitted, run_search
     from cuvee.mixsearch.search import dry_run as plan
 
     try:
+        placement = _placement(workers, devices, slurm, {
+            "partition": partition, "time": time_, "cpus_per_task": cpus_per_task, "gpus_per_task": gpus_per_task,
+            "mem_per_cpu_gb": mem_per_cpu_gb, "no_wait": no_wait})
         if dry_run:
             p = plan(config)
             if out_dir:
                 p["output_dir"] = out_dir
             click.echo(json.dumps(p, indent=2) if as_json else _plan_text(p))
             return
-        report = run_search(config, out_dir=out_dir, fresh=fresh,
+        report = run_search(config, out_dir=out_dir, fresh=fresh, placement=placement,
                             say=(lambda m: None) if as_json else (lambda m: click.echo(m)))
+    except Submitted as e:
+        click.echo(str(e))
+        return
     except (SearchConfigError, SearchError, MixConfigError, FolderError, EmptyTargetError) as e:
         raise click.ClickException(str(e)) from None
     if as_json:

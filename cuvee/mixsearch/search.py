@@ -6,23 +6,26 @@ proxy's train config, the tokenizer and the source and target files). Each proxy
 job whose record (``proxies/pNNN.json``, ``proof/<arm>_seed<S>.json``) is written atomically when it ends; a
 rerun of the same search trains only the jobs without a record (a job killed mid-way starts over: proxies
 are short) and recomputes the fits, the pick and the report from the records, which gives the same pick
-and report. ``events.jsonl`` logs every job trained, so "nothing trained twice" can be checked. Jobs run one
-after another in this process; several GPUs and SLURM arrays are not supported yet.
+and report. ``events.jsonl`` logs every job trained, so "nothing trained twice" can be checked. Jobs run in
+this process, in K local worker processes (one device each) or as a SLURM job array; the per-job locks that
+let them share the folder with this coordinator are described in cuvee/mixsearch/workers.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from cuvee.folders import FolderError, bind, claim, clean_stale_tmp, empty_owned, locked
+from cuvee.folders import FolderError, bind, bind_check, claim, clean_stale_tmp, empty_owned, locked
 from cuvee.mixer.tokenizers import load_tokenizer
 from cuvee.mixsearch import sampling
 from cuvee.mixsearch.caches import (
+    CACHE,
     clean_targets,
     open_cache,
     shard_tokenizer,
@@ -35,15 +38,12 @@ from cuvee.mixsearch.config import (
     load_search_config,
 )
 from cuvee.mixsearch.fit import fit_of, fit_target, pick
-from cuvee.mixsearch.proxies import steps_for, train_proxy
+from cuvee.mixsearch.proxies import steps_for
 from cuvee.mixsearch.transfer import TransferBudgetError, check_budget, select, summarize
+from cuvee.mixsearch.workers import Job, Placement, SearchError, Submitted, Trainer, run_phase, write_json
 from cuvee.train.verdict import compare
 
 WHAT = "search folder"
-
-
-class SearchError(RuntimeError):
-    """A search that cannot go on (bounds, empty targets, a plan that differs from the recorded one)."""
 
 
 def _tokenizer(cfg: SearchConfig):
@@ -68,18 +68,6 @@ def _binding(cfg: SearchConfig, train, tokenizer) -> dict:
     return {"config": c, "proxy_train": {k: t[k] for k in ("model", "optim", "micro_batch", "grad_accum", "attention")}
             | {"seq_len": t["data"]["seq_len"]}, "tokenizer": tokenizer.describe(),
             "files": {s.name: _files(s) for s in [*cfg.sources, *cfg.targets]}}
-
-
-def _write_json(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
-def _event(out: Path, record: dict) -> None:
-    with open(out / "events.jsonl", "a") as f:
-        f.write(json.dumps({**record, "time": time.time()}) + "\n")
 
 
 def _param_count(train, vocab_size: int) -> int:
@@ -139,25 +127,6 @@ def _trained_tokens(train, tokens: int) -> int:
     return steps_for(train, tokens) * train.data.seq_len * train.micro_batch * train.grad_accum
 
 
-def _job(out: Path, path: Path, weights, seed: int, tokens: int, run, what: str, say) -> dict:
-    """A record from ``path`` when it holds this very job (weights, seed, tokens trained), else train and
-    record it."""
-    if path.exists():
-        try:
-            rec = json.loads(path.read_text())
-            if np.allclose(rec["weights"], weights, atol=1e-12) and rec["seed"] == seed and rec["tokens"] == tokens:
-                return rec
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-        raise SearchError(f"{path} records another job than the plan's ({what}); the search folder does not "
-                          f"match its plan: use --fresh or another output folder")
-    say(f"[search] {what}: weights {', '.join(f'{x:.3f}' for x in weights)}")
-    rec = run()
-    _write_json(path, rec)
-    _event(out, {"event": "trained", "job": path.stem, "wall_s": rec["wall_s"], "cpu_s": rec["cpu_s"]})
-    return rec
-
-
 def _arms(cfg: SearchConfig, plan: dict, picked: np.ndarray) -> dict[str, list[float]]:
     arms = {"pick": [float(x) for x in picked], "natural": plan["natural"], "uniform": plan["uniform"]}
     cur = current_weights(cfg)
@@ -205,10 +174,61 @@ def _weak_fits(fits: dict) -> list[str]:
     return out
 
 
-def run_search(path, out_dir: str | Path | None = None, fresh: bool = False, say=print) -> dict:
-    """Run (or resume) the search; returns the report (also ``report.json`` / ``report.md`` in the folder)."""
+def _plan_checked(cfg: SearchConfig, out: Path, metas: list[dict]) -> dict:
+    plan = plan_mixtures(cfg, [m["tokens"] for m in metas])
+    recorded = out / "plan.json"
+    if recorded.exists() and json.loads(recorded.read_text()) != plan:
+        raise SearchError(f"{recorded}: the recorded mixtures differ from the ones this search computes now "
+                          f"(same config and files); refusing to mix records of two plans: use --fresh")
+    return plan
+
+
+def _trainer(cfg: SearchConfig, train, tok, out: Path, plan: dict, targets: dict, threads: int | None) -> Trainer:
+    return Trainer(train, [open_cache(out, n) for n in plan["sources"]], list(plan["sources"]), shard_tokenizer(tok),
+                   targets, cfg.threads if threads is None else threads)
+
+
+def worker_trainer(path, out: Path, threads: int | None = None) -> tuple[str, Trainer]:
+    """For a worker process or SLURM task: the folder re-validated against SEARCH.yaml (``bind_check``: a changed
+    file is refused) and against its recorded plan, and the trainer; nothing is tokenized or written here."""
+    cfg, train = load_search_config(path)
+    tok = _tokenizer(cfg)
+    fingerprint = bind_check(out, _binding(cfg, train, tok), what=WHAT)["fingerprint"]
+    if not (out / "plan.json").exists() or not (out / CACHE / "decontamination.json").exists():
+        raise SearchError(f"{WHAT} {out} is not prepared (no plan.json or decontamination report): start it with "
+                          f"`cuvee mix search`")
+    metas = [json.loads((out / CACHE / f"{s.name}.json").read_text()) for s in cfg.sources]
+    plan = _plan_checked(cfg, out, metas)
+    targets, _ = clean_targets(cfg, tok, out, say=lambda m: None)
+    return fingerprint, _trainer(cfg, train, tok, out, plan, targets, threads)
+
+
+def _worker_argv(path, out: Path) -> list[str] | None:
+    if isinstance(path, dict):
+        return None
+    return [sys.executable, "-m", "cuvee.mixsearch.workers", "--config", os.path.abspath(path),
+            "--out", os.path.abspath(out)]
+
+
+def _threads(cfg: SearchConfig, placement: Placement) -> int:
+    """Torch threads per worker: the config's, else the SLURM task's CPUs, else this machine's split."""
+    if cfg.threads:
+        return cfg.threads
+    if placement.slurm is not None:
+        return placement.slurm.cpus_per_task
+    return max(1, (os.cpu_count() or 1) // placement.processes)
+
+
+def run_search(path, out_dir: str | Path | None = None, fresh: bool = False, say=print,
+               placement: Placement | None = None) -> dict:
+    """Run (or resume) the search; returns the report (also ``report.json`` / ``report.md`` in the folder).
+
+    ``placement``: where the jobs train (here by default; local workers or a SLURM array); raises
+    :class:`Submitted` after submitting an array without waiting."""
+    from cuvee.mixsearch import slurm
     from cuvee.mixsearch.report import chosen_by, write_pick_yaml, write_report
 
+    placement = placement or Placement()
     cfg, train = load_search_config(path)
     tok = _tokenizer(cfg)
     binding = _binding(cfg, train, tok)  # resolves every source and target path: a missing one fails now
@@ -216,37 +236,34 @@ def run_search(path, out_dir: str | Path | None = None, fresh: bool = False, say
     claim(out, "search", what=WHAT)
     with locked(out, WHAT):
         if fresh:
+            slurm.refuse_if_running(out, "--fresh would delete the files its tasks write")
             empty_owned(out, "search", what=WHAT)
-        bind(out, binding, what=WHAT, fresh_hint="--fresh")
+        fingerprint = bind(out, binding, what=WHAT, fresh_hint="--fresh")["fingerprint"]
+        slurm.wait_for_earlier(out, placement.wait, say)  # before the stale-file sweep: its tasks write there
         clean_stale_tmp(out)
         t0 = time.perf_counter()
         metas = [tokenize_once(s, tok, out, s.max_epochs, say) for s in cfg.sources]
         for t in cfg.targets:
             tokenize_once(t, tok, out, 1.0, say)
-        plan = plan_mixtures(cfg, [m["tokens"] for m in metas])
+        plan = _plan_checked(cfg, out, metas)
         if cfg.transfer is not None:
             try:
                 check_budget(cfg.transfer.tokens, plan["sources"], plan["hi"], plan["available_tokens"],
                              [s.max_epochs for s in cfg.sources])
             except TransferBudgetError as e:
                 raise SearchError(f"search '{cfg.name}': {e}") from None
-        recorded = out / "plan.json"
-        if recorded.exists() and json.loads(recorded.read_text()) != plan:
-            raise SearchError(f"{recorded}: the recorded mixtures differ from the ones this search computes now "
-                              f"(same config and files); refusing to mix records of two plans: use --fresh")
-        _write_json(recorded, plan)
+        write_json(out / "plan.json", plan)
         targets, decontam = clean_targets(cfg, tok, out, say)
-        caches = [open_cache(out, n) for n in plan["sources"]]
-        tokd = shard_tokenizer(tok)
+        trainer = _trainer(cfg, train, tok, out, plan, targets, None)
+        argv, threads = _worker_argv(path, out), _threads(cfg, placement)
 
-        def runner(w, seed, tokens):
-            return lambda: train_proxy(train, caches, plan["sources"], w, tokens, seed, tokd, targets, cfg.threads)
+        def phase(name: str, jobs: list[Job]) -> list[dict]:
+            return run_phase(out, name, jobs, trainer, placement, fingerprint, argv, threads, cfg.name, say)
 
-        proxies = []
-        for i, w in enumerate(plan["mixtures"]):
-            proxies.append(_job(out, out / "proxies" / f"p{i:03d}.json", w, cfg.seed,
-                                _trained_tokens(train, cfg.proxy.tokens), runner(w, cfg.seed, cfg.proxy.tokens),
-                                f"proxy {i + 1}/{len(plan['mixtures'])}", say))
+        n = len(plan["mixtures"])
+        proxies = phase("proxies", [
+            Job("proxies", f"p{i:03d}", tuple(w), cfg.seed, cfg.proxy.tokens, _trained_tokens(train, cfg.proxy.tokens),
+                f"proxy {i + 1}/{n}") for i, w in enumerate(plan["mixtures"])])
         w = np.asarray(plan["mixtures"])
         fits = {t.name: fit_target(w, np.array([p["targets"][t.name]["value"] for p in proxies])) for t in cfg.targets}
         warnings = _weak_fits(fits)
@@ -261,21 +278,20 @@ def run_search(path, out_dir: str | Path | None = None, fresh: bool = False, say
         proof = {}
         if cfg.proof.enabled:
             arms = _arms(cfg, plan, picked)
-            for seed in cfg.proof.seeds:
-                for arm, aw in arms.items():
-                    rec = _job(out, out / "proof" / f"{arm}_seed{seed}.json", aw, seed,
-                               _trained_tokens(train, cfg.proof_tokens), runner(aw, seed, cfg.proof_tokens),
-                               f"proof {arm} seed {seed}", say)
-                    proof.setdefault(arm, {})[seed] = rec
+            jobs = [Job("proof", f"{arm}_seed{seed}", tuple(aw), seed, cfg.proof_tokens,
+                        _trained_tokens(train, cfg.proof_tokens), f"proof {arm} seed {seed}")
+                    for seed in cfg.proof.seeds for arm, aw in arms.items()]
+            for job, rec in zip(jobs, phase("proof", jobs)):
+                proof.setdefault(job.stem.rsplit("_seed", 1)[0], {})[job.seed] = rec
         verdicts = _verdicts(cfg, proof, targets) if proof else {}
         transfer = None
         if cfg.transfer is not None:
             tw = {t.name: t.weight for t in cfg.targets}
             chosen = select(proxies, tw, cfg.transfer.top_k, cfg.transfer.bottom_k)
-            reruns = [_job(out, out / "transfer" / f"p{i:03d}_{cfg.transfer.tokens}.json", plan["mixtures"][i], cfg.seed,
-                           _trained_tokens(train, cfg.transfer.tokens),
-                           runner(plan["mixtures"][i], cfg.seed, cfg.transfer.tokens),
-                           f"transfer proxy {i} at {cfg.transfer.tokens:,} tokens", say) for i in chosen]
+            tt = cfg.transfer.tokens
+            reruns = phase("transfer", [
+                Job("transfer", f"p{i:03d}_{tt}", tuple(plan["mixtures"][i]), cfg.seed, tt, _trained_tokens(train, tt),
+                    f"transfer proxy {i} at {tt:,} tokens") for i in chosen])
             transfer = summarize(proxies, chosen, reruns, tw, cfg.transfer.top_k)
         report = {"name": cfg.name, "config": cfg.model_dump(mode="json"), "plan": plan, "proxies": [
                       {k: v for k, v in p.items()} | {"targets": {n: {k: x for k, x in r.items() if not k.startswith("doc_")}
@@ -293,4 +309,4 @@ def run_search(path, out_dir: str | Path | None = None, fresh: bool = False, say
     return report
 
 
-__all__ = ["FolderError", "SearchError", "dry_run", "run_search"]
+__all__ = ["FolderError", "Placement", "SearchError", "Submitted", "dry_run", "run_search", "worker_trainer"]
