@@ -32,11 +32,19 @@ Output (:func:`compare`): effect, 95 % interval, two-sided p-value, the minimum 
 power (MDE = (t_{1-alpha/2} + t_{power}) * SE, from the observed variance components), and a verdict:
 
 * ``"candidate better"`` / ``"control better"``: the interval excludes 0 (p < alpha);
-* ``"no difference (equivalent within ±margin)"``: only when the whole interval lies inside ``±margin``;
+* ``"no difference (equivalent within ±margin)"``: only when the whole interval lies inside ``±margin``,
+  and only with a margin the user stated: no default margin exists, because any fixed one (the old ±0.5 % of
+  the control, ±0.019 bpb at 3.8 bpb) is as large as the effects people look for (+0.016 to +0.061 bpb), so
+  "no difference" would hide them; without a margin the reason says to state one;
 * ``"inconclusive"``: anything else - never "no difference" from a wide interval. The result then says how
   many seeds (or eval documents) would bring the MDE below the larger of |effect| and the margin that it does
-  not reach yet, and which variance
+  not reach yet (so the observed effect is targeted even when a margin is stated), and which variance
   component dominates (seeds: add seeds, or a longer anneal to grow the effect; documents: add eval docs).
+
+Levels: ``alpha`` is the level this verdict is tested at; under a sequential plan (:mod:`cuvee.train.sequential`)
+that is the look's alpha_k, the decision interval ``ci`` is the ``1 - alpha`` interval (``ci95`` stays the
+95 % one, for reading), and seeds/documents needed are sized for ``next_alpha``, the level the next look
+will be tested at (``looks_left=False``: none - adding seeds cannot be judged under the plan).
 
 Calibration is tested on synthetic data in tests/test_train_verdict.py (null: false better/worse rate near
 alpha over 500 repetitions; planted effect: detected).
@@ -148,7 +156,9 @@ def paired_differences(candidate: np.ndarray, control: np.ndarray, weights: np.n
 @dataclass
 class Verdict:
     effect: float
-    ci95: tuple[float, float]
+    ci95: tuple[float, float]  # the 95 % interval (for reading)
+    ci: tuple[float, float]    # the 1 - alpha interval the verdict is drawn from (= ci95 at alpha 0.05)
+    ci_level: float
     p_value: float
     se: float
     df: float
@@ -171,6 +181,7 @@ class Verdict:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["ci95"] = list(d["ci95"])
+        d["ci"] = list(d["ci"])
         return d
 
 
@@ -199,23 +210,27 @@ def _needed(f, start: int, target: float, limit: int) -> int | None:
 
 def compare(candidate: np.ndarray, control: np.ndarray, weights: np.ndarray | None = None, scale: float = 1.0,
             margin: float | None = None, alpha: float = 0.05, power: float = 0.8,
-            max_seeds: int = 1000, max_docs: int = 10_000_000) -> Verdict:
+            max_seeds: int = 1000, max_docs: int = 10_000_000, next_alpha: float | None = None,
+            looks_left: bool = True) -> Verdict:
     """Paired comparison of candidate vs control; see the module docstring for the design."""
     z, effect = paired_differences(candidate, control, weights, scale)
     n, m = z.shape
     d_s = z.mean(1)
     better = int((d_s > 0).sum())
+    next_alpha = alpha if next_alpha is None else next_alpha
     common = {"effect": effect, "n_seeds": n, "n_docs": m, "per_seed_effect": d_s.tolist(), "seeds_candidate_better": better,
-                  "margin": margin, "alpha": alpha, "power": power}
+              "margin": margin, "alpha": alpha, "power": power, "ci_level": 1 - alpha}
     if n < 2:
-        return Verdict(ci95=(-math.inf, math.inf), p_value=math.nan, se=math.nan, df=math.nan, mde=math.inf,
-                       verdict=INCONCLUSIVE, reason="one seed: seed-to-seed noise cannot be estimated; run >= 3 seeds",
+        return Verdict(ci95=(-math.inf, math.inf), ci=(-math.inf, math.inf), p_value=math.nan, se=math.nan,
+                       df=math.nan, mde=math.inf, verdict=INCONCLUSIVE,
+                       reason="one seed: seed-to-seed noise cannot be estimated; run >= 3 seeds" + _no_margin(margin),
                        seed_se=math.nan, document_se=math.nan, dominant_noise="seeds", seeds_needed=None,
                        docs_needed=None, **common)
     comp = components(z)
     se, df = comp.se_df()
     a, b, _ = comp.terms()
     tq = t_ppf(1 - alpha / 2, df)
+    t95 = t_ppf(0.975, df)
     if se > 0:
         lo, hi = effect - tq * se, effect + tq * se
         p = min(1.0, 2 * t_sf(abs(effect) / se, df))
@@ -224,12 +239,13 @@ def compare(candidate: np.ndarray, control: np.ndarray, weights: np.ndarray | No
         p = 1.0 if effect == 0 else 0.0
     the_mde = (tq + t_ppf(power, df)) * se
     dominant = "seeds" if a >= b else "documents"
-    out = Verdict(ci95=(lo, hi), p_value=p, se=se, df=df, mde=the_mde, verdict=INCONCLUSIVE, reason="",
-                  seed_se=math.sqrt(a), document_se=math.sqrt(b), dominant_noise=dominant, **common)
-    ci = f"95 % CI [{lo:+.4g}, {hi:+.4g}]"
+    out = Verdict(ci95=(effect - t95 * se, effect + t95 * se), ci=(lo, hi), p_value=p, se=se, df=df, mde=the_mde,
+                  verdict=INCONCLUSIVE, reason="", seed_se=math.sqrt(a), document_se=math.sqrt(b),
+                  dominant_noise=dominant, **common)
+    ci = f"{_pct(1 - alpha)} % CI [{lo:+.4g}, {hi:+.4g}]"
     if lo > 0 or hi < 0:
         out.verdict = BETTER if effect > 0 else WORSE
-        out.reason = f"{ci} excludes 0 (p = {p:.2g}, {better}/{n} seeds favour the candidate)"
+        out.reason = f"{ci} excludes 0 (p = {p:.2g} < {alpha:.3g}, {better}/{n} seeds favour the candidate)"
         if margin is not None and max(abs(lo), abs(hi)) < margin:
             out.reason += f"; the difference is real but inside the ±{margin:.3g} margin"
         return out
@@ -240,20 +256,35 @@ def compare(candidate: np.ndarray, control: np.ndarray, weights: np.ndarray | No
     # the target: the observed |effect| or the margin, whichever the MDE does not reach yet (larger first)
     target = next((t for t in sorted({abs(effect), margin or 0.0}, reverse=True) if 0 < t < the_mde), None)
     out.reason = f"{ci} includes 0" + ("" if margin is None else f" and is not inside ±{margin:.3g}")
+    out.reason += _no_margin(margin)
     if target is None:
         out.reason += (f"; MDE(80 % power) = {the_mde:.3g} is already below |effect| = {abs(effect):.3g}: a miss "
                        f"that happens 20 % of the time at this power, or the effect is smaller - add seeds")
         return out
     out.reason += f"; MDE(80 % power) = {the_mde:.3g} > {target:.3g}; noise dominated by {dominant}"
-    out.seeds_needed = _needed(lambda k: mde(comp, k, m, alpha, power), n, target, max_seeds)
-    out.docs_needed = _needed(lambda k: mde(comp, n, k, alpha, power), m, target, max_docs)
+    if not looks_left:
+        out.reason += "; every planned look is spent, so added seeds cannot be judged under this plan"
+        return out
+    out.seeds_needed = _needed(lambda k: mde(comp, k, m, next_alpha, power), n, target, max_seeds)
+    out.docs_needed = _needed(lambda k: mde(comp, n, k, next_alpha, power), m, target, max_docs)
     need = []
     if out.seeds_needed:
         need.append(f"{out.seeds_needed} seeds (+{out.seeds_needed - n})")
     if out.docs_needed:
         need.append(f"{out.docs_needed} eval documents (+{out.docs_needed - m})")
-    out.reason += (f"; to bring the MDE below {target:.3g}: " + " or ".join(need) if need
+    at = "" if next_alpha == alpha else f" at the next look's alpha {next_alpha:.3g}"
+    out.reason += (f"; to bring the MDE{at} below {target:.3g}: " + " or ".join(need) if need
                    else "; no affordable number of seeds or documents gets there - the effect is ~0")
     if dominant == "seeds":
         out.reason += " (or a longer anneal, more tokens, if that grows the effect)"
     return out
+
+
+def _pct(level: float) -> str:
+    return f"{100 * level:.4g}"
+
+
+def _no_margin(margin: float | None) -> str:
+    return ("" if margin is not None else
+            "; no equivalence margin stated, so never \"no difference\" - state one (the smallest effect that "
+            "matters) to allow it")
