@@ -69,13 +69,14 @@ def test_adding_seeds_resumes_the_ablation(base_run):
     root, checkpoint = base_run
     kw = dict(name="t2", checkpoint=checkpoint, candidate=[str(root / "cand")], control=[str(root / "ctrl")],
               tokens=64 * 4 * 2, eval={"clean": str(root / "held")}, eval_docs=8, average_last=1, lr=3e-3,
-              out_dir=str(root / "anneal_more"), threads=1)
+              out_dir=str(root / "anneal_more"), threads=1, looks=2)  # two looks declared up front
     one = run_anneal(AnnealConfig(**kw, seeds=[0]), quiet=True)
     assert one["sources"]["clean"]["verdict"] == "inconclusive"  # one seed: seed noise unknown
     two = run_anneal(AnnealConfig(**kw, seeds=[0, 1]), quiet=True)  # same folder, one more seed: resumes
     for key in ("averaged_checkpoints", "eval"):  # seed 0 was not retrained
         assert two["runs"]["candidate"]["0"][key] == one["runs"]["candidate"]["0"][key]
     assert two["sources"]["clean"]["n_seeds"] == 2
+    assert (one["look"]["look"], two["look"]["look"]) == (1, 2)  # the added seed is the plan's second look
 
 
 def test_mix_order_with_several_seeds_is_refused():

@@ -18,17 +18,28 @@ near-duplicate, and containment: most of its n-grams inside the arm's documents)
 in the report per arm that holds them and never scored, and a set that loses more than
 ``max_eval_loss_share`` of its pool is warned about (report and stderr).
 
-Verdict per eval source (:func:`cuvee.train.verdict.compare`): paired t over seeds widened by the eval-document
-noise; 95 % interval, p, MDE at 80 % power, one of "candidate better" / "control better" / "no difference
-(equivalent within ±margin)" (only when the interval lies inside ±``equivalence_margin`` x the control's
-metric) / "inconclusive" (with how many seeds or eval documents would resolve it).
+Verdict per eval source (:func:`cuvee.train.verdict.compare`, assembled in :mod:`cuvee.train.anneal_report`):
+paired t over seeds widened by the eval-document noise; interval at the look's level, p, MDE at 80 % power, one
+of "candidate better" / "control better" / "no difference (equivalent within ±margin)" (only with a stated
+margin - ``equivalence_margin`` x the control's metric, or ``equivalence_margin_abs`` in the metric's unit - and
+only when the interval lies inside it; no default margin) / "inconclusive" (with how many seeds or eval
+documents would resolve it at the next look's level).
+
+Looks (:mod:`cuvee.train.sequential`): each verdict on a new seed set (or changed evaluation settings) is a new
+look, recorded in ``looks.json``; look k of ``looks`` (K, default 1) is tested at alpha_k from the declared
+``spending`` (``obrien_fleming`` or ``pocock``), so the family-wise false "better/worse" rate over all looks is
+<= ``alpha`` (union bound). A rerun on the same seeds is the same look; a new seed set beyond K, or a changed
+looks / spending / alpha / margin after a look, is refused before any training.
 
 Report (``run_anneal`` returns it; also ``report.json`` and ``report.md`` in the output folder) - keys:
 
 * ``name``, ``config`` (the AnnealConfig), ``start_step``, ``start_lr``, ``pairing`` (text), ``seeds``;
+* ``look``: ``look`` k, ``looks`` K, ``spending``, ``alpha``, ``alpha_tested``, ``familywise_bound``,
+  ``next_alpha``, ``text``;
 * ``sources``: eval source -> ``metric`` ("bpb" or "loss"), ``candidate`` / ``control`` (mean over seeds of the
   averaged model's metric), ``candidate_per_seed`` / ``control_per_seed``, ``effect`` (control - candidate,
-  > 0: candidate better; also as ``delta_control_minus_candidate``), ``ci95`` [lo, hi], ``p_value``, ``mde``
+  > 0: candidate better; also as ``delta_control_minus_candidate``), ``ci`` [lo, hi] at ``ci_level`` (the
+  look's 1 - alpha_k; the verdict's interval), ``ci95`` [lo, hi], ``alpha`` (tested), ``p_value``, ``mde``
   (80 % power), ``se``, ``df``, ``seed_se``, ``document_se``, ``dominant_noise``, ``margin`` (absolute),
   ``per_seed_effect``, ``seeds_candidate_better``, ``verdict``, ``reason``, ``seeds_needed``, ``docs_needed``,
   ``documents`` (scored), ``beyond_noise`` (verdict is better/worse);
@@ -47,7 +58,8 @@ Report (``run_anneal`` returns it; also ``report.json`` and ``report.md`` in the
 The output folder (and each arm's run folder under ``runs/``) is a cuvee train folder: claimed, locked
 while the ablation runs, and bound to its plan (start checkpoint, mixes, budget), so a rerun resumes only the
 same ablation and never averages checkpoints of two different ones. The seed list is not part of the plan:
-every seed's run folder is bound on its own, so adding seeds to an inconclusive ablation resumes it.
+every seed's run folder is bound on its own, so adding seeds to an inconclusive ablation resumes it - and is
+the next look of the sequential plan above (``looks.json``), never a second test at the same alpha.
 """
 
 from __future__ import annotations
@@ -64,6 +76,14 @@ import xxhash
 from pydantic import Field, field_validator, model_validator
 
 from cuvee.folders import FolderLock, bind, claim, clean_stale_tmp, empty_owned
+from cuvee.train.anneal_report import (
+    begin_look,
+    final_train_loss,
+    look_key,
+    plan,
+    render_markdown,
+    source_verdicts,
+)
 from cuvee.train.checkpoint import (
     average_state_dicts,
     checkpoint_identity,
@@ -80,10 +100,10 @@ from cuvee.train.config import (
 from cuvee.train.evaluate import evaluate, public
 from cuvee.train.model import Llama
 from cuvee.train.schedule import lr_at
+from cuvee.train.sequential import Look, Spending, record_look
 from cuvee.train.shards import open_shards
 from cuvee.train.strict_json import dumps as strict_dumps
 from cuvee.train.trainer import train
-from cuvee.train.verdict import BETTER, WORSE, compare
 
 
 class AnnealConfig(_Strict):
@@ -102,8 +122,13 @@ class AnnealConfig(_Strict):
     window: int = Field(1024, gt=0)
     average_last: int = Field(3, ge=1)
     eval_docs: int = Field(200, gt=0)  # eval pool: the first eval_docs documents of each eval set, before dedup/decontam
-    equivalence_margin: float | None = Field(0.005, ge=0)  # relative to the control's metric; None: never "equivalent"
-    alpha: float = Field(0.05, gt=0, lt=1)
+    # "no difference" needs a stated margin (no default: see cuvee/train/anneal_report.py): relative to the
+    # control's metric, or absolute in the metric's unit (bpb, or loss); neither: never "no difference"
+    equivalence_margin: float | None = Field(None, ge=0)
+    equivalence_margin_abs: float | None = Field(None, gt=0)
+    alpha: float = Field(0.05, gt=0, lt=1)  # family-wise over all looks
+    looks: int = Field(1, ge=1, le=100)  # planned looks (seed sets judged); see cuvee/train/sequential.py
+    spending: Spending = "obrien_fleming"  # Lan-DeMets alpha spending over the looks
     decontaminate: bool = True  # run cuvee.train.decontam (when present) before training
     decontam_threshold: float = Field(0.8, gt=0, le=1)
     # containment (cuvee.train.decontam): an eval document is removed when an arm's training data holds this
@@ -126,6 +151,12 @@ class AnnealConfig(_Strict):
         if not v or len(set(v)) != len(v):
             raise ValueError("seeds must be a non-empty list of distinct integers")
         return v
+
+    @model_validator(mode="after")
+    def _margin(self):
+        if self.equivalence_margin is not None and self.equivalence_margin_abs is not None:
+            raise ValueError("equivalence_margin (relative) and equivalence_margin_abs (absolute): state one of them")
+        return self
 
     @model_validator(mode="after")
     def _order(self):
@@ -171,8 +202,9 @@ def _arm_config(ac: AnnealConfig, state: dict, arm: str, paths: list[str], seed:
 
 
 _NOT_BOUND = ("name", "out_dir", "threads", "eval", "eval_docs", "bootstrap", "seeds", "equivalence_margin",
-              "alpha", "decontaminate", "decontam_threshold", "containment", "containment_ngram",
-              "max_eval_loss_share", "downstream", "downstream_limit", "allow_task_code")
+              "equivalence_margin_abs", "alpha", "looks", "spending", "decontaminate", "decontam_threshold",
+              "containment", "containment_ngram", "max_eval_loss_share", "downstream", "downstream_limit",
+              "allow_task_code")
 
 
 def _downstream(ac: AnnealConfig, model, mcfg, state: dict, run_dir: Path) -> dict:
@@ -210,7 +242,8 @@ def _binding(ac: AnnealConfig) -> dict:
     """What the arm runs under ``runs/`` depend on. Left out: ``name``/``out_dir`` (they only name the
     folder), ``threads`` (execution only), ``seeds`` (each seed's run folder is bound on its own, so seeds
     can be added to an ablation) and the evaluation settings (``eval``, ``eval_docs``, margin, alpha,
-    decontamination): the report is recomputed from the arms on every run, so they may change freely.
+    decontamination): the report is recomputed from the arms on every run; the look plan (looks.json,
+    cuvee.train.sequential) decides which of their changes are a new look and which are refused.
     The start checkpoint is bound by content, not by path."""
     b = ac.model_dump(mode="json")
     for key in _NOT_BOUND:
@@ -245,7 +278,8 @@ def run_anneal(ac: AnnealConfig, quiet: bool = False, fresh: bool = False) -> di
             check_task_code(_task_path(task), ac.allow_task_code, warn=lambda _line: None)
     with ExitStack() as held:
         _open_out_dir(ac.resolved_out_dir(), ac, fresh, held)
-        return _run_anneal(ac, state, quiet)
+        look = begin_look(ac, ac.resolved_out_dir())  # a look the plan does not allow is refused before training
+        return _run_anneal(ac, state, quiet, look)
 
 
 # ---- eval-set hygiene ------------------------------------------------------------------------------------
@@ -382,7 +416,7 @@ def _averaging(paths: list[Path], total: int) -> dict:
     return {"steps": steps, "total_steps": total, "span": span, "text": text}
 
 
-def _run_anneal(ac: AnnealConfig, state: dict, quiet: bool) -> dict:
+def _run_anneal(ac: AnnealConfig, state: dict, quiet: bool, look: Look) -> dict:
     say = (lambda *a: None) if quiet else (lambda m: print(m, flush=True))
     out = ac.resolved_out_dir()
     lr = ac.lr or start_lr(state)
@@ -421,39 +455,27 @@ def _run_anneal(ac: AnnealConfig, state: dict, quiet: bool) -> dict:
                 denoms[name] = (unit, den)
                 value = float(r["doc_nats"][k].sum() / den.sum() / (math.log(2) if unit == "bpb" else 1.0))
                 evals[name] = public(r) | {"scored_documents": len(k), unit: value}
-            results[arm][seed] = {"final_train_loss": run["losses"][max(run["losses"])] if run["losses"] else None,
+            results[arm][seed] = {"final_train_loss": final_train_loss(run, cfg.resolved_out_dir()),
                                   "averaged_checkpoints": [p.name for p in last], "eval": evals}
             if ac.downstream:
                 results[arm][seed]["downstream"] = _downstream(ac, model, mcfg, state, cfg.resolved_out_dir())
 
     first = next(iter(averaging["candidate"].values()))
     report = {"name": ac.name, "config": ac.model_dump(), "start_step": state["step"], "start_lr": lr,
-              "seeds": list(ac.seeds),
+              "seeds": list(ac.seeds), "look": look.to_dict(),
               "pairing": (f"per seed, both arms start from the same checkpoint with the same data-order seed and "
                           f"loader order ({ac.order}) and are scored on the same eval documents; the arms are "
                           f"separate mixer outputs, so their shared part is not read in the same document order"),
-              "sources": {}, "decontamination": decontam, "shares": shares, "averaging": averaging,
+              "sources": source_verdicts(ac, look, eval_sets, doc_nats, denoms, results),
+              "decontamination": decontam, "shares": shares, "averaging": averaging,
               "warnings": [d["warning"] for d in decontam.values() if d.get("warning")],
               "averaging_text": f"last {len(first['steps'])} checkpoints averaged per run: {first['text']}"}
-    for name in eval_sets:
-        unit, den = denoms[name]
-        scale = 1 / math.log(2) if unit == "bpb" else 1.0
-        cand = np.stack(doc_nats["candidate"][name])
-        ctrl = np.stack(doc_nats["control"][name])
-        per_seed = {arm: np.array([results[arm][s]["eval"][name][unit] for s in ac.seeds]) for arm in results}
-        margin = ac.equivalence_margin * float(per_seed["control"].mean()) if ac.equivalence_margin else None
-        v = compare(cand, ctrl, weights=den, scale=scale, margin=margin, alpha=ac.alpha).to_dict()
-        report["sources"][name] = {
-            "metric": unit, "candidate": float(per_seed["candidate"].mean()), "control": float(per_seed["control"].mean()),
-            "candidate_per_seed": per_seed["candidate"].tolist(), "control_per_seed": per_seed["control"].tolist(),
-            **v, "delta_control_minus_candidate": v["effect"], "beyond_noise": v["verdict"] in (BETTER, WORSE),
-            "documents": len(den),
-        }
     if ac.downstream:
         report["downstream"] = _downstream_summary(ac, results)
     report["runs"] = {arm: {str(s): {k: v for k, v in r.items() if k != "eval"} | {
         "eval": {n: {k: v for k, v in e.items() if not k.startswith("doc_")} for n, e in r["eval"].items()}}
         for s, r in runs.items()} for arm, runs in results.items()}
+    record_look(out, look, look_key(ac), plan(ac), {n: v["verdict"] for n, v in report["sources"].items()})
     (out / "report.json").write_text(strict_dumps(report, indent=2, default=_json_default))  # NaN/inf -> null
     (out / "report.md").write_text(render_markdown(report))
     say(render_markdown(report))
@@ -468,52 +490,4 @@ def _json_default(x):
     return str(x)
 
 
-def _fmt(x: float | None, spec: str = "+.4f") -> str:
-    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
-
-
-def render_markdown(report: dict) -> str:
-    c = report["config"]
-    lines = [
-        f"# Anneal ablation: {report['name']}", "",
-        (f"From `{c['checkpoint']}` (step {report['start_step']}), LR {report['start_lr']:.2e} linearly to 0 over "
-         f"{c['tokens']:,} tokens per run; paired seeds {report['seeds']}; {report['averaging_text']}."),
-        f"Candidate: `{', '.join(c['candidate'])}`. Control: `{', '.join(c['control'])}`.",
-        f"Pairing: {report['pairing']}.", "",
-        *[f"**Warning**: {w}.\n" for w in report.get("warnings", [])],
-        "Effect = control − candidate (positive: the candidate is better), per seed on the same documents, then "
-        "averaged. 95 % interval: paired t over seeds widened by eval-document noise (cuvee/train/verdict.py); "
-        "MDE = smallest effect found with 80 % power at this many seeds and documents. "
-        + (f"Equivalence margin: ±{100 * c['equivalence_margin']:.2g} % of the control's metric."
-           if c.get("equivalence_margin") else "No equivalence margin: never \"no difference\"."), "",
-        "| eval source | metric | candidate | control | effect | 95 % CI | p | MDE | seeds cand. better | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, s in report["sources"].items():
-        lo, hi = s["ci95"]
-        lines.append(f"| {name} | {s['metric']} | {s['candidate']:.4f} | {s['control']:.4f} | {s['effect']:+.4f} | "
-                     f"[{_fmt(lo)}, {_fmt(hi)}] | {_fmt(s['p_value'], '.2g')} | {_fmt(s['mde'], '.4f')} | "
-                     f"{s['seeds_candidate_better']}/{s['n_seeds']} | {s['verdict']} |")
-    lines += ["", "Why:"] + [f"- **{name}**: {s['verdict']} - {s['reason']}." for name, s in report["sources"].items()]
-    lines += ["", "| eval source | pool | exact duplicates removed | overlapping training data removed | held by arm | scored |",
-              "|---|---|---|---|---|---|"]
-    for name, d in report["decontamination"].items():
-        by_arm = d.get("removed_by_arm")
-        held = f"candidate {by_arm['candidate']}, control {by_arm['control']}" if by_arm else "n/a"
-        lines.append(f"| {name} | {d['pool']} | {d['duplicates']} | "
-                     f"{d['overlap'] if d['overlap'] is not None else 'not checked'} | {held} | {d['scored']} |")
-    lines += ["", "Mix sources seen by each arm (token shares):", ""]
-    for arm, sh in report["shares"].items():
-        parts = ", ".join(f"{k} {100 * v:.1f} %" for k, v in sh["shares"].items()) or "unknown"
-        lines.append(f"- {arm}: {parts} ({sh['method']})")
-    if report.get("downstream"):
-        lines += ["", "Downstream (lm-evaluation-harness, offline; per-seed values, no verdict drawn):", "",
-                  "| task | metric | items | candidate | control | candidate − control | per seed |", "|---|---|---|---|---|---|---|"]
-        for task, row in report["downstream"].items():
-            for metric in ("acc", "acc_norm"):
-                if metric in row:
-                    m = row[metric]
-                    lines.append(f"| {task} | {metric} | {row.get('items')} | {m['candidate']:.3f} | {m['control']:.3f} | "
-                                 f"{m['effect_candidate_minus_control']:+.3f} | "
-                                 f"{', '.join(f'{d:+.3f}' for d in m['per_seed_effect'])} |")
-    return "\n".join(lines) + "\n"
+__all__ = ["AnnealConfig", "render_markdown", "run_anneal"]
