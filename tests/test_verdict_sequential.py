@@ -167,3 +167,36 @@ def test_identical_arms_are_no_difference_only_with_a_stated_margin(tiny):
     stated = run_anneal(_config(root, ckpt, "same_abs", equivalence_margin_abs=0.01, **kw), quiet=True)
     assert stated["sources"]["clean"]["verdict"] == EQUIVALENT and stated["sources"]["clean"]["margin"] == 0.01
     assert "±0.01 in the metric's unit (stated)" in (root / "same_abs" / "report.md").read_text()
+
+
+def test_mix_search_proof_seeds_added_are_the_next_look(tmp_path):
+    """The same rule for `cuvee mix search`'s proof: a new proof seed set is the next look (looks.json in the
+    search folder), the same seeds again are the same look, and a seed set beyond the declared looks is refused."""
+    import yaml
+
+    from cuvee.mixsearch.search import run_search
+    from test_mix_search import _config, _data
+
+    cfg = _config(_data(tmp_path), mixtures=4, proof={"seeds": [0, 1], "looks": 2, "spending": "pocock"})
+    cfg["proxy"]["tokens"] = 512 * 6
+    cfg["targets"][0]["max_docs"] = 20
+    path, out = tmp_path / "s.yaml", tmp_path / "out"
+
+    def search(seeds):
+        cfg["proof"]["seeds"] = seeds
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        return run_search(str(path), out, say=lambda m: None)
+
+    a1, a2 = levels(2, 0.05, "pocock")
+    v = search([0, 1])["verdicts"]["blend"]["natural"]
+    assert v["alpha"] == pytest.approx(a1) and v["reason"].startswith(f"look 1 of 2 (pocock spending), tested at "
+                                                                      f"alpha_1 = {a1:.3g}")
+    assert v["verdict"] != EQUIVALENT and "no equivalence margin stated" in v["reason"]
+    record = (out / "looks.json").read_bytes()
+    assert search([1, 0])["verdicts"]["blend"]["natural"]["look"]["look"] == 1
+    assert (out / "looks.json").read_bytes() == record
+    v = search([0, 1, 2])["verdicts"]["blend"]["uniform"]
+    assert v["alpha"] == pytest.approx(a2) and v["look"]["look"] == 2 and "rate <= 0.05" in v["reason"]
+    assert [x["key"]["seeds"] for x in json.loads((out / "looks.json").read_text())["looks"]] == [[0, 1], [0, 1, 2]]
+    with pytest.raises(LookError, match="all 2 planned look"):
+        search([0, 1, 2, 3])

@@ -30,6 +30,7 @@ from cuvee.mixer.config import NAME_PATTERN, SourceConfig, listify, plain_name, 
 from cuvee.mixer.tokenizers import TokenizerSpec
 from cuvee.train.config import TrainConfig, _Strict, read_config_yaml
 from cuvee.train.config_errors import ConfigError, describe
+from cuvee.train.sequential import Spending
 
 
 class SearchConfigError(ConfigError):
@@ -89,8 +90,12 @@ class ProofConfig(_Strict):
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
     tokens: int | None = Field(None, gt=0, le=10**13)  # per arm and seed; default: the proxy's tokens
     current: str | dict[str, float] | None = None  # the user's mix: a mix YAML (weights per source name) or weights
-    equivalence_margin: float | None = Field(None, ge=0)  # absolute, in the target's metric; None: never "equivalent"
-    alpha: float = Field(0.05, gt=0, lt=1)
+    # absolute, in the target's metric (bpb, or loss); no default - a fixed one would be as large as the
+    # differences a search looks for - so None: never "no difference" (the verdict says to state one)
+    equivalence_margin: float | None = Field(None, ge=0)
+    alpha: float = Field(0.05, gt=0, lt=1)  # family-wise over all looks
+    looks: int = Field(1, ge=1, le=100)  # planned proof seed sets (cuvee/train/sequential.py): seeds added later
+    spending: Spending = "obrien_fleming"  # are the next look, tested at its own level; beyond `looks`: refused
     enabled: bool = True
 
     @field_validator("seeds")

@@ -135,8 +135,16 @@ def _arms(cfg: SearchConfig, plan: dict, picked: np.ndarray) -> dict[str, list[f
     return arms
 
 
-def _verdicts(cfg: SearchConfig, proof: dict, targets: dict) -> dict:
-    """Per target and control arm: the paired verdict of the pick against that arm (cuvee/train/verdict.py)."""
+def _verdicts(cfg: SearchConfig, proof: dict, targets: dict, folder: Path) -> dict:
+    """Per target and control arm: the paired verdict of the pick against that arm (cuvee/train/verdict.py), at
+    the level of this proof's look (cuvee/train/sequential.py: a new seed set is a new look; looks.json)."""
+    from cuvee.train.sequential import next_look, record_look
+
+    key = {"seeds": sorted(cfg.proof.seeds), "tokens": cfg.proof_tokens, "current": cfg.proof.current,
+           "arms": sorted(proof)}
+    plan = {"looks": cfg.proof.looks, "spending": cfg.proof.spending, "alpha": cfg.proof.alpha,
+            "equivalence_margin": cfg.proof.equivalence_margin}
+    look = next_look(folder, key, plan, fresh_hint="--fresh")
     out = {}
     for name, (_, _keep, doc_bytes) in targets.items():
         per = {}
@@ -151,12 +159,14 @@ def _verdicts(cfg: SearchConfig, proof: dict, targets: dict) -> dict:
                 continue
             ctrl = np.array([proof[arm][s]["targets"][name]["doc_nats"] for s in cfg.proof.seeds])
             v = compare(cand, ctrl, weights=weights, scale=scale, margin=cfg.proof.equivalence_margin,
-                        alpha=cfg.proof.alpha).to_dict()
+                        alpha=look.level, next_alpha=look.next_level, looks_left=look.next_level is not None).to_dict()
+            v["reason"] = f"{look.text()}; {v['reason']}"
             per[arm] = {"metric": unit, "pick": float(np.mean([proof["pick"][s]["targets"][name]["value"]
                                                                for s in cfg.proof.seeds])),
                         "control": float(np.mean([proof[arm][s]["targets"][name]["value"] for s in cfg.proof.seeds])),
-                        **v}
+                        **v, "look": look.to_dict()}
         out[name] = per
+    record_look(folder, look, key, plan, {t: {a: v["verdict"] for a, v in per.items()} for t, per in out.items()})
     return out
 
 
@@ -283,7 +293,7 @@ def run_search(path, out_dir: str | Path | None = None, fresh: bool = False, say
                     for seed in cfg.proof.seeds for arm, aw in arms.items()]
             for job, rec in zip(jobs, phase("proof", jobs)):
                 proof.setdefault(job.stem.rsplit("_seed", 1)[0], {})[job.seed] = rec
-        verdicts = _verdicts(cfg, proof, targets) if proof else {}
+        verdicts = _verdicts(cfg, proof, targets, out) if proof else {}
         transfer = None
         if cfg.transfer is not None:
             tw = {t.name: t.weight for t in cfg.targets}
