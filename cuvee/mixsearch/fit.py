@@ -20,7 +20,8 @@ Fits (per target; every one deterministic, so a rerun on the same proxies gives 
 Choice: leave-one-out over the proxies (each refit without one proxy predicts it). The fits whose LOO
 Spearman between predicted and measured loss is within ``SPEARMAN_TOL`` (0.02) of the best are taken as tied,
 and of those the one with the lowest LOO RMSE wins (ranks from 10-20 proxies move by more than 0.02 when one
-proxy changes, so a rank lead that small says less than a clearly smaller error).
+proxy changes, so a rank lead that small says less than a clearly smaller error). The best of four noisy scores
+is biased upwards, so :func:`fit_target` also reports a permutation test of the choice (permutation.py).
 """
 
 from __future__ import annotations
@@ -193,12 +194,16 @@ def choose(scores: dict[str, dict], tol: float = SPEARMAN_TOL) -> str:
     return min(tied, key=lambda k: (scores[k]["loo_rmse"], -rho(k), list(scores).index(k)))
 
 
-def fit_target(w: np.ndarray, y: np.ndarray) -> dict:
-    """Every fit of one target, their LOO scores, and the chosen one (see :func:`choose`)."""
+def fit_target(w: np.ndarray, y: np.ndarray, permutations: int | None = None, seed: int = 0) -> dict:
+    """Every fit of one target, their LOO scores, the chosen one (see :func:`choose`) and the permutation test
+    of that choice (cuvee/mixsearch/permutation.py; ``permutations`` defaults to its ``PERMUTATIONS``)."""
+    from cuvee.mixsearch.permutation import PERMUTATIONS, permutation_test
+
     scores = {k: loo(k, w, y) for k in FITS}
     for k in FITS:
         scores[k]["params"] = list(FITTERS[k](w, y).params)
-    return {"chosen": choose(scores), "spearman_tol": SPEARMAN_TOL, "fits": scores}
+    test = permutation_test(w, y, PERMUTATIONS if permutations is None else permutations, seed)
+    return {"chosen": choose(scores), "spearman_tol": SPEARMAN_TOL, "fits": scores, "permutation": test}
 
 
 def fit_of(result: dict) -> Fit:

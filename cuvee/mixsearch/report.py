@@ -31,9 +31,11 @@ def rounded_weights(w: np.ndarray, digits: int = 6) -> list[float]:
 
 def chosen_by(report: dict, out: Path) -> dict:
     """What the pick's mix config records about its choice (``cuvee card`` shows it): the search, its report,
-    per target the chosen fit and its LOO scores, the proof verdicts and the transfer check."""
+    per target the chosen fit, its LOO scores and the permutation p of the choice, the proof verdicts and the
+    transfer check."""
     fits = {t: {"fit": f["chosen"], "loo_spearman": f["fits"][f["chosen"]]["loo_spearman"],
-                "loo_rmse": f["fits"][f["chosen"]]["loo_rmse"], "proxies": len(report["proxies"])}
+                "loo_rmse": f["fits"][f["chosen"]]["loo_rmse"], "proxies": len(report["proxies"]),
+                "permutation_p": (f.get("permutation") or {}).get("p_value")}
             for t, f in report["fits"].items()}
     proof = {t: {arm: {"verdict": v["verdict"], "metric": v["metric"], "effect": v["effect"], "ci95": list(v["ci95"])}
                  for arm, v in per.items()} for t, per in (report.get("verdicts") or {}).items()}
@@ -101,6 +103,7 @@ def render_markdown(r: dict) -> str:
         for k, s in f["fits"].items():
             lines.append(f"| {t} | {k} | {_fmt(s['loo_spearman'], '.3f')} | {_fmt(s['loo_rmse'], '.4g')} | "
                          f"{_fmt(s['loo_mae'], '.4g')} | {'yes' if k == f['chosen'] else ''} |")
+    lines += _permutation_lines(r["fits"])
     if r["verdicts"]:
         seeds = cfg["proof"]["seeds"]
         lines += ["", "## Proof: the pick against other mixes", "",
@@ -135,6 +138,23 @@ def render_markdown(r: dict) -> str:
         lines.append(f"- {t}: pool {d['pool']}, {d['duplicates_within']} duplicates within, {d['exact_overlap']} exact "
                      f"and {d['near_overlap']} near overlaps with the sources removed, {len(d['kept'])} scored")
     return "\n".join(lines) + "\n"
+
+
+def _permutation_lines(fits: dict) -> list[str]:
+    tests = {t: f["permutation"] for t, f in fits.items() if f.get("permutation")}
+    if not tests:
+        return []
+    lines = ["", ("Permutation test of the choice (cuvee/mixsearch/permutation.py): the proxies' losses shuffled, "
+             "every fit family refitted (its linear core, on the real and the shuffled losses alike), and the best "
+             "LOO Spearman over the families compared with the real losses' best: p = (1 + shuffles scoring as "
+             "well) / (shuffles + 1). A large p means the best of four fits ranks noise this well too."), "",
+             "| target | chosen fit's LOO Spearman | best over families (linear cores) | null 95th percentile | "
+             "shuffles | p |", "|---|---|---|---|---|---|"]
+    for t, p in tests.items():
+        rho = fits[t]["fits"][fits[t]["chosen"]]["loo_spearman"]
+        lines.append(f"| {t} | {_fmt(rho, '.3f')} | {_fmt(p['observed'], '.3f')} | {_fmt(p['null_p95'], '.3f')} | "
+                     f"{p['permutations']} (seed {p['seed']}) | {_fmt(p['p_value'], '.3f')} |")
+    return lines
 
 
 def _transfer_lines(t: dict | None) -> list[str]:

@@ -174,13 +174,22 @@ WEAK_SPEARMAN = 0.5  # a chosen fit ranking the proxies worse than this cannot s
 
 
 def _weak_fits(fits: dict) -> list[str]:
+    """A warning per target whose chosen fit ranks the proxies weakly, or no better than it ranks shuffled
+    losses (permutation p above SIGNIFICANCE: the best of four fits on noise scores this well too)."""
+    from cuvee.mixsearch.permutation import SIGNIFICANCE
+
     out = []
     for t, f in fits.items():
-        rho = f["fits"][f["chosen"]]["loo_spearman"]
-        if not np.isfinite(rho) or rho < WEAK_SPEARMAN:
-            out.append(f"target {t}: the best fit ({f['chosen']}) ranks held-out proxies with LOO Spearman "
-                       f"{rho:.2f} < {WEAK_SPEARMAN}: the pick is not supported for this target (the proxies' "
-                       f"differences are within their noise); use more or longer proxies, or more target documents")
+        rho, perm = f["fits"][f["chosen"]]["loo_spearman"], f.get("permutation") or {}
+        weak, p = not np.isfinite(rho) or rho < WEAK_SPEARMAN, perm.get("p_value", 0.0)
+        if weak or p > SIGNIFICANCE:
+            why = (f"{rho:.2f} < {WEAK_SPEARMAN}, and" if weak else f"{rho:.2f}, but") + (
+                f" shuffled losses score as well (permutation p {p:.3f} > {SIGNIFICANCE}, "
+                f"{perm['permutations']} shuffles)" if p > SIGNIFICANCE else "")
+            why = why.removesuffix(", and")
+            out.append(f"target {t}: the best fit ({f['chosen']}) ranks held-out proxies with LOO Spearman {why}: "
+                       f"the pick is not supported for this target (the proxies' differences are within their "
+                       f"noise); use more or longer proxies, or more target documents")
     return out
 
 
