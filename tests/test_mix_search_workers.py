@@ -177,3 +177,24 @@ def test_a_worker_refuses_a_folder_whose_search_file_changed(base):
     assert r.returncode == 1 and len(lines) == 1, r.stderr[-2000:]
     assert "different plan" in lines[0] and "mixtures" in lines[0]
     assert len(trained(out)) == n
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["--workers", "0"], "'--workers': 0 is not in the range 1<=x<=1024"),
+    (["--devices", "0,x"], "distinct device numbers"),
+    (["--devices", "1,1"], "distinct device numbers"),
+    (["--slurm", "--workers", "2"], "with --slurm each job is an array task"),
+    (["--no-wait"], "--no-wait goes with --slurm"),
+    (["--gpus-per-task", "1"], "--gpus-per-task goes with --slurm"),
+    (["--slurm", "--partition", "a;b"], "a SLURM partition name"),
+    (["--slurm", "--time", "soon"], "a SLURM time limit"),
+])
+def test_bad_placement_flags_are_one_line_before_any_work(tmp_path, capsys, args, expect):
+    from cuvee.cli import main
+
+    cfg = _yaml(tmp_path / "s.yaml", tiny({n: str(tmp_path / f"{n}.jsonl") for n in ("en", "de", "ru", "target")}))
+    with pytest.raises(SystemExit) as e:
+        main(["mix", "search", str(cfg), "--out", str(tmp_path / "o"), *args])
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert e.value.code in (1, 2) and len(lines) == 1 and lines[0].startswith("Error: ") and expect in lines[0], lines
+    assert not (tmp_path / "o").exists()
