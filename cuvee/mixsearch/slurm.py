@@ -177,7 +177,7 @@ def run_array(out: Path, phase: str, indices: list[int], opts: SlurmOptions, arg
     write_json(Path(out) / SLURM / "jobs.json", {"arrays": arrays})
     logs = Path(out) / SLURM / "logs"
     if not wait:
-        raise Submitted(f"[search] submitted SLURM array {job_id}: {len(indices)} {phase} job(s), logs in {logs}; "
+        raise Submitted(f"[search] submitted SLURM array {job_id} ({phase}: {len(indices)} job(s)), logs in {logs}; "
                         f"rerun the same command to go on once it is done (a rerun waits for it, never submits it "
                         f"twice)")
     say(f"[search] {phase}: SLURM array {job_id} with {len(indices)} task(s) submitted; waiting (logs in {logs})")
