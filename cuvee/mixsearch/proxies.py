@@ -1,8 +1,9 @@
 """One proxy run: a small model trained on one mixture, read straight from the per-source token caches.
 
-No data is copied or re-tokenized per proxy: :class:`BlendView` is a :class:`~cuvee.train.shards.ShardSet`
-whose document order is the mixer's blend (``cuvee.mixer.blend.greedy_blend`` over per-source
-``epoch_stream`` shuffles, exactly as ``cuvee mix`` writes shards) computed over the memory-mapped caches.
+No data is copied or re-tokenized per proxy: :class:`~cuvee.train.piece_blend.BlendView` (shared with the
+anneal's ``order: pieces``) is a :class:`~cuvee.train.shards.ShardSet` whose document order is the mixer's blend
+(``cuvee.mixer.blend.greedy_blend`` over per-source ``epoch_stream`` shuffles, exactly as ``cuvee mix`` writes
+shards) computed over the memory-mapped caches.
 
 Below the document level: a proxy reads tens of thousands of tokens while one web page can hold ten
 thousand, so a whole-document blend would miss the weights by up to a document per source. The view
@@ -22,77 +23,15 @@ import time
 import numpy as np
 import torch
 
-from cuvee.mixer.blend import greedy_blend
 from cuvee.mixer.indexed import IndexedDataset
-from cuvee.mixer.shuffle import epoch_stream
 from cuvee.train.attention import build_doc_mask, resolve_backend
 from cuvee.train.config import TrainConfig
 from cuvee.train.evaluate import evaluate
 from cuvee.train.loader import IGNORE_INDEX, PackedLoader
 from cuvee.train.model import Llama
+from cuvee.train.piece_blend import BlendView
 from cuvee.train.schedule import lr_at
-from cuvee.train.shards import ShardSet
 from cuvee.train.trainer import build_optimizer
-
-
-def _pieces(ds: IndexedDataset, piece_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(document, start, length) of every piece of every document of ``ds``."""
-    lengths = np.asarray(ds.sequence_lengths, dtype=np.int64)
-    per_doc = np.maximum(1, -(-lengths // piece_tokens))
-    doc = np.repeat(np.arange(lengths.size, dtype=np.int64), per_doc)
-    first = np.repeat(np.cumsum(per_doc) - per_doc, per_doc)
-    start = (np.arange(doc.size, dtype=np.int64) - first) * piece_tokens
-    length = np.minimum(lengths[doc] - start, piece_tokens)
-    return doc, start, length
-
-
-class BlendView(ShardSet):
-    """The blend of ``weights`` over ``caches`` for ``tokens`` tokens, as pieces of the cached documents."""
-
-    def __init__(self, caches: list[IndexedDataset], names: list[str], weights, tokens: int, seed: int,
-                 piece_tokens: int, tokenizer: dict):
-        tables = [_pieces(c, piece_tokens) for c in caches]
-        streams = [epoch_stream(len(t[0]), seed, n) for t, n in zip(tables, names)]
-        src, piece = [], []
-
-        def next_piece(i: int) -> int:
-            _, k = next(streams[i])
-            src.append(i)
-            piece.append(k)
-            return int(tables[i][2][k])
-
-        for _ in greedy_blend([float(w) for w in weights], tokens, next_piece):
-            pass
-        self._names, self._tables = list(names), tables
-        self._src = np.asarray(src, dtype=np.int16)
-        self._piece = np.asarray(piece, dtype=np.int64)
-        super().__init__(datasets=list(caches), tokenizer=dict(tokenizer), manifests=[])
-
-    @property
-    def num_documents(self) -> int:
-        return int(self._src.size)
-
-    @property
-    def num_tokens(self) -> int:
-        return int(sum(self.document_length(i) for i in range(self.num_documents)))
-
-    def document(self, i: int) -> np.ndarray:
-        s, k = int(self._src[i]), int(self._piece[i])
-        doc, start, length = (int(x[k]) for x in self._tables[s])
-        return self.datasets[s][doc][start:start + length]
-
-    def document_length(self, i: int) -> int:
-        return int(self._tables[int(self._src[i])][2][int(self._piece[i])])
-
-    def document_source(self, i: int) -> int:
-        return int(self._src[i])
-
-    @property
-    def source_names(self) -> list[str]:
-        return list(self._names)
-
-    def source_ids(self) -> np.ndarray:
-        return self._src
 
 
 def steps_for(train: TrainConfig, tokens: int) -> int:
