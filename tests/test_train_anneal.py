@@ -38,7 +38,8 @@ def test_anneal_ranks_clean_candidate_above_boilerplate_control(base_run):
     root, checkpoint = base_run
     ac = AnnealConfig(name="t", checkpoint=checkpoint, candidate=[str(root / "cand")], control=[str(root / "ctrl")],
                       tokens=64 * 4 * 12, eval={"clean": str(root / "held")}, eval_docs=24, seeds=[0, 1, 2],
-                      average_last=2, lr=3e-3, out_dir=str(root / "anneal_out"), threads=1)
+                      average_last=2, lr=3e-3, out_dir=str(root / "anneal_out"), threads=1,
+                      order="window")  # verdict mechanics on a fixed draw; order pieces: tests/test_anneal_pieces.py
     report = run_anneal(ac, quiet=True)
     s = report["sources"]["clean"]
     d = report["decontamination"]["clean"]
@@ -56,7 +57,7 @@ def test_anneal_ranks_clean_candidate_above_boilerplate_control(base_run):
             assert report["averaging"][arm][seed]["steps"] == [9, 12]
     assert "steps 9, 12 of 12 = weights of the last 25 % of the anneal" in report["averaging_text"]
     assert report["shares"]["candidate"]["shares"] == {"clean": pytest.approx(1.0)}
-    assert "manifest fallback" in report["shares"]["candidate"]["method"]  # demo shards carry no per-doc sources
+    assert report["shares"]["candidate"]["method"].startswith("loader: realised")  # one source per folder: known
     log = [json.loads(x) for x in open(root / "anneal_out/runs/candidate_seed0/log.jsonl")]
     assert log[-1]["lr"] == pytest.approx(0.0)
     md = (root / "anneal_out/report.md").read_text()

@@ -4,8 +4,13 @@ to 0; average the last k checkpoints of each; compare held-out loss and bits-per
 
 Pairing: for every seed in ``seeds`` (default 3) the candidate and the control run start from the same
 checkpoint (same weights, same optimizer moments) with the same data-order seed and the same loader order
-(``order``, default ``window``: the mixer's blended order shuffled within windows, so every step keeps the
-mix's weights while the seed still changes the order); both arms are evaluated on the same documents. The
+(``order``, default ``pieces``: each arm's documents cut into ``seq_len`` pieces, every mix source's pieces
+shuffled by the seed and re-blended at the mix's weights (:mod:`cuvee.train.piece_blend`), so every step reads
+the configured shares to within one piece while every seed reads another order; each piece is masked as a
+document of its own. It needs each document's source: a mixer output, or one source per folder; otherwise it
+is refused before any work, in one line. ``window``, the earlier default, shuffles the mixer's blended order
+within windows of documents: with few large documents the share a seed reads then wanders, e.g. 10 % to 53 %
+of a nominal 30 %, issue #26); both arms are evaluated on the same documents. The
 verdict is paired by seed (:mod:`cuvee.train.verdict`). The two arms are separate mixer outputs, so their
 shared 70 % part is *not* read document-for-document in the same order - the same seed (and the mixer's own
 seed, equal in both mix YAMLs) is the closest pairing available; what remains shows up as seed noise, which the
@@ -49,8 +54,12 @@ Report (``run_anneal`` returns it; also ``report.json`` and ``report.md`` in the
   document in both counts in both), ``scored``, ``warning`` (a sentence when the set lost more than
   ``max_eval_loss_share`` of its pool, also on stderr; else None), ``method``, ``details`` (decontam report:
   each removed document's ``sources`` and ``arms``); ``warnings``: every such sentence;
-* ``shares``: arm -> {``method`` ("loader: realised over the steps trained" or "manifest fallback: ..."),
-  ``shares`` {mix source: token share}, ``tokens``};
+* ``shares``: arm -> {``method`` ("loader: realised over the ... steps trained", or why not and the
+  manifest's shares instead), ``shares`` {mix source: token share over all seeds}, ``tokens``, ``seed_range``
+  {source: [lowest, highest] per-seed share}, ``per_seed``: seed -> {``method``, ``shares``, ``nominal`` (the
+  configured weights), ``tokens``, ``steps``, ``step_range`` {source: [lowest, highest] share within one step},
+  ``prefix_gap`` {source: largest gap to its weight after any step, in tokens}}} (:mod:`cuvee.train.arm_shares`);
+  report.md gives them per seed next to each seed's effect per eval source;
 * ``averaging``: arm -> seed -> {``steps`` averaged, ``total_steps``, ``span`` (fraction of the anneal),
   ``text``}; ``averaging_text``: one sentence;
 * ``runs``: arm -> seed -> {``final_train_loss``, ``averaged_checkpoints``, ``eval`` (per source summary)}.
@@ -84,6 +93,7 @@ from cuvee.train.anneal_report import (
     render_markdown,
     source_verdicts,
 )
+from cuvee.train.arm_shares import measured_shares, summarise
 from cuvee.train.checkpoint import (
     average_state_dicts,
     checkpoint_identity,
@@ -99,6 +109,7 @@ from cuvee.train.config import (
 )
 from cuvee.train.evaluate import evaluate, public
 from cuvee.train.model import Llama
+from cuvee.train.piece_blend import arm_sources
 from cuvee.train.schedule import lr_at
 from cuvee.train.sequential import Look, Spending, record_look
 from cuvee.train.shards import open_shards
@@ -118,7 +129,8 @@ class AnnealConfig(_Strict):
     grad_accum: int = Field(1, gt=0, le=1 << 16)
     lr: float | None = Field(None, gt=0)  # default: the checkpoint run's LR at its last step (peak if that was ~0)
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])  # paired: each seed runs both arms; >= 3 for a usable seed-noise estimate
-    order: Literal["global", "mix", "window"] = "window"  # loader document order of both arms (see module doc)
+    # loader document order of both arms (see module doc); "pieces": every step at the mix's weights
+    order: Literal["global", "mix", "window", "pieces"] = "pieces"
     window: int = Field(1024, gt=0)
     average_last: int = Field(3, ge=1)
     eval_docs: int = Field(200, gt=0)  # eval pool: the first eval_docs documents of each eval set, before dedup/decontam
@@ -162,7 +174,7 @@ class AnnealConfig(_Strict):
     def _order(self):
         if self.order == "mix" and len(self.seeds) > 1:
             raise ValueError("order: mix reads the same document order for every seed, so the seeds would not "
-                             "measure training noise; use order: window (the mix's blend within windows)")
+                             "measure training noise; use order: pieces (the mix's weights at every step)")
         return self
 
     def resolved_out_dir(self) -> Path:
@@ -271,6 +283,9 @@ def _open_out_dir(out: Path, ac: AnnealConfig, fresh: bool, held: ExitStack) -> 
 def run_anneal(ac: AnnealConfig, quiet: bool = False, fresh: bool = False) -> dict:
     """Run (or resume) the ablation; ``fresh``: start over in a folder cuvee created (``--no-resume``)."""
     state = load_checkpoint(ac.checkpoint)  # refuses a checkpoint that is not plain data, before any folder is made
+    if ac.order == "pieces":  # arms whose documents' sources are unknown: one line, before any folder is made
+        for paths in (ac.candidate, ac.control):
+            arm_sources(open_shards(paths))
     if ac.downstream:  # a task that would run code is refused now, not after hours of training
         from cuvee.train.lm_eval_backend import _task_path, check_task_code
 
@@ -381,33 +396,6 @@ def _loss_warning(name: str, info: dict, max_share: float) -> str | None:
 
 
 # ---- what each arm saw -----------------------------------------------------------------------------------
-def _shares(cfg: TrainConfig) -> dict:
-    """Token share of each mix source over the steps the arm trained (the loader's replay), or the mix
-    output's realised shares from manifest.json when the shards do not record their sources."""
-    shards = open_shards(cfg.data.paths)
-    try:
-        from cuvee.train.loader import realised_shares
-
-        rows = realised_shares(shards, cfg.steps, seq_len=cfg.data.seq_len, batch_size=cfg.micro_batch,
-                               grad_accum=cfg.grad_accum, world_size=1, order=cfg.data.order, seed=cfg.data.seed,
-                               window=cfg.data.window, add_eos=cfg.data.add_eos)
-        if rows and rows[-1]["shares"].get("(unknown)", 0.0) < 0.5:
-            return {"method": f"loader: realised over the {rows[-1]['step']} steps trained (seed {cfg.data.seed}, "
-                              f"order {cfg.data.order})",
-                    "shares": rows[-1]["shares"], "tokens": rows[-1]["tokens"]}
-    except (ImportError, AttributeError, ValueError):
-        pass
-    totals: dict[str, float] = {}
-    for man in shards.manifests:
-        for src in man.get("sources") or []:
-            n = src.get("realised_tokens") or 0
-            totals[src["name"]] = totals.get(src["name"], 0) + n
-    total = sum(totals.values())
-    return {"method": "manifest fallback: realised shares of the whole mix output (not measured over the steps "
-                      "trained; the shards do not record each document's source)",
-            "shares": {k: v / total for k, v in totals.items()} if total else {}, "tokens": int(total)}
-
-
 def _averaging(paths: list[Path], total: int) -> dict:
     steps = [int(p.stem.split("_")[1]) for p in paths]
     span = (total - steps[0]) / total if total else 0.0
@@ -440,8 +428,7 @@ def _run_anneal(ac: AnnealConfig, state: dict, quiet: bool, look: Look) -> dict:
             run = train(cfg, init_from=ac.checkpoint, resume=True, quiet=quiet)
             last = list_checkpoints(cfg.resolved_out_dir())[-ac.average_last:]
             averaging[arm][str(seed)] = _averaging(last, cfg.steps)
-            if arm not in shares:
-                shares[arm] = _shares(cfg)
+            shares.setdefault(arm, {})[str(seed)] = measured_shares(cfg)  # what this seed read, step by step
             model = Llama(mcfg).to(device)
             model.load_state_dict(average_state_dicts([load_checkpoint(p)["model"] for p in last]))
             evals = {}
@@ -460,6 +447,7 @@ def _run_anneal(ac: AnnealConfig, state: dict, quiet: bool, look: Look) -> dict:
             if ac.downstream:
                 results[arm][seed]["downstream"] = _downstream(ac, model, mcfg, state, cfg.resolved_out_dir())
 
+    shares = {arm: summarise(per_seed) for arm, per_seed in shares.items()}
     first = next(iter(averaging["candidate"].values()))
     report = {"name": ac.name, "config": ac.model_dump(), "start_step": state["step"], "start_lr": lr,
               "seeds": list(ac.seeds), "look": look.to_dict(),

@@ -85,8 +85,10 @@ class DataConfig(_Strict):
     add_eos: bool = True  # append the manifest's EOS to documents that do not already end with it
     # document order (cuvee/train/loader.py): "global" reshuffles all documents every epoch (the share of each
     # source among the first steps wanders); "mix" follows the mixer's blended order, so every step holds the
-    # mix's weights (anneals, ablations); "window" shuffles the mixer's order within windows of `window` docs
-    order: Literal["global", "mix", "window"] = "global"
+    # mix's weights (anneals, ablations); "window" shuffles the mixer's order within windows of `window` docs;
+    # "pieces" cuts documents into seq_len pieces and re-blends each source's shuffled pieces at the mix's weights
+    # (every step holds them, every seed reads another order; cuvee/train/piece_blend.py)
+    order: Literal["global", "mix", "window", "pieces"] = "global"
     window: int = Field(1024, gt=0)  # documents per shuffle window (order: window)
 
     @model_serializer(mode="wrap")

@@ -22,11 +22,17 @@ Document order (``order``, the train config's ``data.order``):
   repeats the same order.
 * ``window``: the mixer's order shuffled within consecutive windows of ``window`` documents (a fresh seeded
   shuffle per window and per epoch): a prefix's share stays within about one window of the weights.
+* ``pieces``: the documents cut into pieces of at most ``piece_tokens`` (default ``seq_len``) tokens, each mix
+  source's pieces shuffled by the seed and re-blended at the mix's weights (:class:`cuvee.train.piece_blend.
+  ArmBlend`; a fresh order per epoch): every step reads the weights to within one piece per source, whatever
+  the documents' sizes, while every seed reads a different order. Each piece is masked as a document of its
+  own; ``doc_index`` still names the document a piece was cut from. Needs each document's source
+  (:func:`cuvee.train.piece_blend.arm_sources`; refused in one line otherwise).
 
 Sharding across data-parallel ranks: in ``global`` order rank r reads documents r, r+W, r+2W, ... of each
 epoch's permutation. In ``mix`` and ``window`` order all ranks pack the same token stream and rank r takes
 rows r, r+W, r+2W, ...: the global batch of step k (``W x batch_size`` rows) is exactly the next contiguous
-stretch of the mix, whatever the ranks' document lengths. The state (epoch, cursor, offset into the current
+stretch of the mix, whatever the ranks' document lengths (``pieces`` likewise). The state (epoch, cursor, offset into the current
 document) is three integers, so a restart resumes with exactly the batches an uninterrupted run would have
 produced.
 """
@@ -41,11 +47,12 @@ import torch
 import xxhash
 
 from cuvee.train.permutation import FeistelPermutation
+from cuvee.train.piece_blend import ArmBlend, SourcesUnknownError, arm_sources
 from cuvee.train.shards import ShardSet
 
 log = logging.getLogger(__name__)
 IGNORE_INDEX = -100
-ORDERS = ("global", "mix", "window")
+ORDERS = ("global", "mix", "window", "pieces")
 
 
 @dataclass
@@ -73,6 +80,7 @@ class PackedLoader:
         doc_limit: int | None = None,
         order: str = "global",
         window: int = 1024,
+        piece_tokens: int | None = None,
     ):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world size {world_size}")
@@ -87,7 +95,14 @@ class PackedLoader:
         if order != "global" and len(shards.manifests) > 1:
             log.warning("order %r over %d mixes: they are read one after another, not blended", order,
                         len(shards.manifests))
+        if order == "pieces" and doc_limit is not None:
+            raise ValueError("order: pieces reads whole arms; doc_limit is for evaluation passes")
         self.order, self.window = order, window
+        self.piece_tokens = (piece_tokens or seq_len) if order == "pieces" else None
+        if self.piece_tokens is not None and self.piece_tokens < 1:
+            raise ValueError(f"piece_tokens must be >= 1, got {self.piece_tokens}")
+        self._arm = arm_sources(shards) if order == "pieces" else None  # one clear line when sources are unknown
+        self._view_cache: tuple[int, ArmBlend] | None = None
         self.interleave_rows = order != "global"  # ranks share one stream and take every W-th row
         self.shards, self.seq_len, self.batch_size = shards, seq_len, batch_size
         self.seed, self.rank, self.world_size = seed, rank, world_size
@@ -102,14 +117,37 @@ class PackedLoader:
         self._doc_cache: tuple[int, int, np.ndarray] | None = None  # (epoch, cursor, tokens)
 
     # ---- document order -------------------------------------------------------------------
-    def _docs_per_epoch(self) -> int:
+    def _view(self, epoch: int) -> ArmBlend:
+        """Epoch ``epoch``'s piece blend (order ``pieces``): the seed's own order first, a fresh one after."""
+        if self._view_cache is None or self._view_cache[0] != epoch:
+            seed = self.seed if epoch == 0 else xxhash.xxh64_intdigest(f"{self.seed}:pieces:{epoch}".encode())
+            self._view_cache = (epoch, ArmBlend(self.shards, self._arm, seed, self.piece_tokens, self.add_eos))
+        return self._view_cache[1]
+
+    def source_table(self) -> tuple[list[str], np.ndarray]:
+        """(source names, source index of every global document): the sources :func:`arm_sources` identifies
+        (a mixer's replayable blend, or a folder of one source), else the shards' own (``UNKNOWN_SOURCE``
+        where unrecorded; only in the orders that do not need them)."""
+        arm = self._arm
+        if arm is None:
+            try:
+                arm = arm_sources(self.shards)
+            except SourcesUnknownError:
+                return self.shards.source_names, self.shards.source_ids()
+        return list(arm.names), arm.doc_source
+
+    def _docs_per_epoch(self, epoch: int = 0) -> int:
         n, w, r = self.num_documents, self.world_size, self.rank
+        if self.order == "pieces":
+            return self._view(epoch).num_documents
         if self.interleave_rows:
             return n
         return (n - r + w - 1) // w
 
     def document_at(self, epoch: int, cursor: int) -> int:
         """Global document index read by this rank at (epoch, cursor)."""
+        if self.order == "pieces":
+            return self._view(epoch).document_origin(cursor)
         if self.interleave_rows:
             if self.order == "mix" or not self.shuffle:
                 return cursor
@@ -131,6 +169,10 @@ class PackedLoader:
     def _tokens(self, st: _Cursor) -> tuple[int, np.ndarray]:
         key = (st.epoch, st.cursor)
         if self._doc_cache is None or self._doc_cache[:2] != key:
+            if self.order == "pieces":  # EOS already ends each document's last piece
+                view = self._view(st.epoch)
+                self._doc_cache = (st.epoch, st.cursor, view.document(st.cursor), view.document_origin(st.cursor))
+                return self._doc_cache[3], self._doc_cache[2]
             doc = self.document_at(st.epoch, st.cursor)
             toks = self.shards.document(doc)
             eos = self.shards.eos_id
@@ -141,7 +183,7 @@ class PackedLoader:
 
     def _advance_doc(self, st: _Cursor) -> None:
         st.cursor, st.offset = st.cursor + 1, 0
-        if st.cursor >= self._docs_per_epoch():
+        if st.cursor >= self._docs_per_epoch(st.epoch):
             st.epoch, st.cursor = st.epoch + 1, 0
 
     def _exhausted(self, st: _Cursor) -> bool:
@@ -235,13 +277,14 @@ class PackedLoader:
             "seed": self.seed, "rank": self.rank, "world_size": self.world_size, "seq_len": self.seq_len,
             "batch_size": self.batch_size, "num_documents": self.num_documents, "shuffle": self.shuffle,
             "order": self.order, "window": self.window if self.order == "window" else None,
+            "piece_tokens": self.piece_tokens,
         }
 
     def load_state_dict(self, sd: dict) -> None:
         now = self.state_dict()
-        sd = {"order": "global", "window": None, **sd}  # checkpoints from before data.order read globally
+        sd = {"order": "global", "window": None, "piece_tokens": None, **sd}  # older checkpoints: these defaults
         for key in ("seed", "rank", "world_size", "seq_len", "batch_size", "num_documents", "shuffle", "order",
-                    "window"):
+                    "window", "piece_tokens"):
             if sd.get(key) != now[key]:
                 raise ValueError(f"loader state mismatch on {key}: checkpoint {sd.get(key)!r}, now {now[key]!r}")
         self.state = _Cursor(sd["epoch"], sd["cursor"], sd["offset"])
@@ -268,15 +311,15 @@ def realised_shares(
     (then ``seq_len`` and ``batch_size`` are needed). One optimizer step is ``grad_accum`` batches on each of
     ``world_size`` ranks, all counted. Returns one dict per step completed (fewer when a finite pass ends):
     ``{"step", "tokens", "source_tokens": {name: n}, "shares": {name: fraction}}``, tokens being the real
-    (non-padding) input tokens, EOS included. Sources come from :meth:`ShardSet.source_ids` (documents of
-    shards the mixer did not write count as ``"(unknown)"``).
+    (non-padding) input tokens, EOS included. Sources come from :meth:`PackedLoader.source_table` (documents
+    whose source cannot be identified count as ``"(unknown)"``).
     """
     if isinstance(source, PackedLoader):
         ld = source
         shards = ld.shards
         kw = {"seq_len": ld.seq_len, "batch_size": ld.batch_size, "seed": ld.seed, "world_size": ld.world_size,
                   "add_eos": ld.add_eos, "shuffle": ld.shuffle, "epochs": ld.epochs, "doc_limit": ld.num_documents,
-                  "order": ld.order, "window": ld.window}
+                  "order": ld.order, "window": ld.window, "piece_tokens": ld.piece_tokens}
     else:
         shards = source
         if seq_len is None or batch_size is None:
@@ -289,12 +332,12 @@ def realised_shares(
             kw[key] = value
     if steps < 0 or grad_accum < 1:
         raise ValueError("steps must be >= 0 and grad_accum >= 1")
-    names = shards.source_names
-    doc_source = shards.source_ids()
-    per_step = np.zeros((steps, len(names)), dtype=np.int64)
-    done = steps
+    per_step, done = None, steps
     for rank in range(kw["world_size"]):
         loader = PackedLoader(shards, rank=rank, **kw)
+        if per_step is None:
+            names, doc_source = loader.source_table()
+            per_step = np.zeros((steps, len(names)), dtype=np.int64)
         for step in range(steps):
             for _ in range(grad_accum):
                 try:
