@@ -46,15 +46,37 @@ def tokenize_once(text_set, tokenizer, out: Path, max_epochs: float = 1.0, say=p
     meta_path = cache / f"{text_set.name}.json"
     if meta_path.exists():
         return json.loads(meta_path.read_text())
-    src = text_set.as_mix_source(max_epochs)
+    task = None
+    if getattr(text_set, "lm_eval", None):  # an lm-eval task's items, rendered to a JSONL file first
+        src, task = _rendered_task(text_set, cache, say)
+    else:
+        src = text_set.as_mix_source(max_epochs)
     files = resolve_files(src)
     scan = tokenize_source(src, files, tokenizer, cache / text_set.name, dtype_for_vocab(tokenizer.vocab_size), 512)
     meta = {"name": text_set.name, "tokens": int(scan.tokens), "documents": int(scan.kept),
-            "counters": scan.as_dict(), "files": scan.files}
+            "counters": scan.as_dict(), "files": scan.files, **({"lm_eval": task} if task else {})}
     _write_json(meta_path, meta)
     say(f"[search] tokenized {text_set.name}: {scan.kept:,} documents, {scan.tokens:,} tokens "
         f"({sum(scan.dropped.values()):,} dropped: {scan.dropped or 'none'})")
     return meta
+
+
+def _rendered_task(target, cache: Path, say):
+    """``cache/<name>.items.jsonl``: the target task's first ``limit`` items as documents (lm_targets.py), and
+    what was read, kept and dropped; the mixer's source view of that file."""
+    from cuvee.mixer.config import SourceConfig
+    from cuvee.mixsearch.lm_targets import render
+
+    texts, counts = render(target.task, target.allow_task_code, target.pool, say)
+    items = cache / f"{target.name}.items.jsonl"
+    tmp = items.with_name(f".{items.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts)
+    os.replace(tmp, items)
+    say(f"[search] target {target.name}: lm-eval task {target.task['task']}: {counts['read']:,} items read, "
+        f"{counts['kept']:,} rendered ({counts['dropped'] or 'none dropped'})")
+    task = {**target.task, **counts}
+    return SourceConfig(name=target.name, paths=[str(items)], weight=1.0, max_epochs=1.0), task
 
 
 def open_cache(out: Path, name: str) -> IndexedDataset:
@@ -95,7 +117,7 @@ class Truncated(ShardSet):
 def clean_targets(cfg, tokenizer, out: Path, say=print) -> tuple[dict, dict]:
     """Per target: (ShardSet, kept indices, per-document bytes), and the decontamination report.
 
-    Kept: the first ``max_docs`` documents, minus exact/near duplicates within the set and any document that
+    Kept: the first ``max_docs`` documents (an lm_eval target: its ``limit`` items), minus exact/near duplicates within the set and any document that
     (near-)duplicates a document of any source (``cuvee.train.decontam``, as ``cuvee anneal`` does). The
     report is computed once and stored in ``cache/decontamination.json``."""
     tok = shard_tokenizer(tokenizer)
@@ -108,12 +130,12 @@ def clean_targets(cfg, tokenizer, out: Path, say=print) -> tuple[dict, dict]:
         ngram = 50 if tokenizer.vocab_size <= 512 else 13  # byte-level: ~50 bytes is the 13-token window's span
         stored = {"ngram": ngram, "threshold": cfg.decontam_threshold, "targets": {}}
         for t in cfg.targets:
-            keep, rep = decontaminate({t.name: sets[t.name]}, sources, max_docs=t.max_docs, ngram=ngram,
+            keep, rep = decontaminate({t.name: sets[t.name]}, sources, max_docs=t.pool, ngram=ngram,
                                       threshold=cfg.decontam_threshold)
             per = rep["eval_sets"][t.name]
             stored["targets"][t.name] = {
                 "kept": [int(i) for i in keep[t.name]],
-                "pool": min(t.max_docs, sets[t.name].num_documents),
+                "pool": min(t.pool, sets[t.name].num_documents),
                 "duplicates_within": int(per.get("duplicates_within_eval", 0)),
                 "exact_overlap": int(per.get("exact_overlap", 0)), "near_overlap": int(per.get("near_overlap", 0)),
                 "contained_overlap": int(per.get("contained_overlap", 0)),

@@ -69,9 +69,71 @@ class SearchSource(TextSet):
 
 
 class Target(TextSet):
+    """Held-out text the proxies are scored on: pipeline outputs (``paths``), or the items of an
+    lm-evaluation-harness task (``lm_eval``: a shipped task name or a task YAML with local data; each item's
+    context and gold continuation is one document, cuvee/mixsearch/lm_targets.py)."""
+
+    paths: list[str] = Field(default_factory=list)
     weight: float = Field(1.0, gt=0, le=1e6)
     max_docs: int = Field(200, gt=0, le=1_000_000)  # scored pool: the first max_docs documents, before decontamination
     max_doc_tokens: int = Field(2048, gt=1, le=1 << 30)  # each scored document's first tokens (bounds eval cost)
+    lm_eval: str | None = Field(None, min_length=1)
+    split: str | None = Field(None, min_length=1)  # lm_eval: the task's split (default: its test, else validation)
+    limit: int | None = Field(None, gt=0, le=1_000_000)  # lm_eval: the task's first `limit` items (the pool)
+    allow_task_code: bool = False  # lm_eval: run the task file's Python (!function); only for files you trust
+    _task: dict | None = None  # lm_eval: the resolved task (its YAML and local data files), set when validated
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data):
+        """A misspelt key named with the key meant (the generic message cannot look inside the targets list)."""
+        if isinstance(data, dict):
+            for key in data:
+                if key not in cls.model_fields:
+                    from cuvee.train.config_errors import did_you_mean
+
+                    raise ValueError(f"target {data.get('name', '?')!r}: unknown key {key!r}"
+                                     f"{did_you_mean(str(key), sorted(cls.model_fields))}")
+        return data
+
+    @model_validator(mode="after")
+    def _kind(self):
+        if self.lm_eval is None:
+            extra = [k for k in ("split", "limit", "allow_task_code") if k in self.model_fields_set]
+            if extra:
+                raise ValueError(f"target '{self.name}': {', '.join(extra)} apply only to lm_eval targets")
+            if not self.paths:
+                raise ValueError(f"target '{self.name}': give paths (held-out documents) or lm_eval (a task)")
+            return self
+        given = [k for k in ("paths", "where", "text_key", "min_chars", "max_docs") if k in self.model_fields_set]
+        if given:
+            raise ValueError(f"target '{self.name}': lm_eval targets take their documents from the task; "
+                             f"{', '.join(given)} do not apply (the pool size is limit)")
+        from cuvee.mixsearch.lm_targets import LmTargetError, resolve
+
+        try:
+            self._task = resolve(self.lm_eval, self.split, self.allow_task_code)
+        except LmTargetError as e:
+            raise ValueError(f"target '{self.name}': {e}") from None
+        return self
+
+    @property
+    def task(self) -> dict | None:
+        """lm_eval: the resolved task (name, YAML, local data files, split); None for a target of documents."""
+        return self._task
+
+    @property
+    def pool(self) -> int:
+        """Documents read before decontamination: ``limit`` items of an lm_eval task, else ``max_docs``."""
+        return self.limit or self.max_docs
+
+    def as_mix_source(self, max_epochs: float = 1.0) -> SourceConfig:
+        """For an lm_eval target, the task YAML and its data files (what the search folder is bound to); the
+        documents themselves are rendered from the task when the target is tokenized (caches.py)."""
+        if self.lm_eval is None:
+            return super().as_mix_source(max_epochs)
+        return SourceConfig(name=self.name, paths=[self._task["yaml"], *self._task["files"]], weight=1.0,
+                            max_epochs=max_epochs)
 
 
 class ProxyConfig(_Strict):

@@ -82,7 +82,9 @@ def render_markdown(r: dict) -> str:
     lines = [f"# Mix search: {r['name']}", "",
              f"{len(r['proxies'])} proxies of {r['proxies'][0]['tokens']:,} tokens ({r['proxies'][0]['params']:,} "
              f"parameters, {r['proxies'][0]['steps']} steps) over sources {', '.join(names)}; targets "
-             + ", ".join(f"{t['name']} (weight {t['weight']:g})" for t in cfg["targets"]) + ".",
+             + ", ".join(f"{t['name']} (weight {t['weight']:g}" + (f", lm-eval task `{t['lm_eval']}`, each item's "
+                         f"context and gold answer scored" if t.get("lm_eval") else "") + ")"
+                         for t in cfg["targets"]) + ".",
              ("Mixtures: the natural token shares, one corner per source, then Dirichlet draws around the natural "
              "shares, all within the bounds (cuvee/mixsearch/sampling.py)."), "",
              *(x for w in r.get("warnings") or [] for x in (f"**Warning:** {w}", "")),
