@@ -86,11 +86,14 @@ def same_as_sequential(base: dict, out: Path) -> None:
 
 
 def test_two_workers_give_the_sequential_records_pick_and_report(base):
+    """Two workers, one per device: each sees only its own (CUDA_VISIBLE_DEVICES)."""
     out = base["dir"] / "two"
-    proc = cuvee(str(base["cfg"]), "--out", str(out), "--workers", "2")
+    proc = cuvee(str(base["cfg"]), "--out", str(out), "--devices", "3,5")
     code, text, err = finish(proc)
     assert code == 0, err[-2000:]
-    assert "proxies: 2 worker process(es)" in text and "proof: 2 worker process(es)" in text
+    assert "proxies: 2 worker process(es) on devices 3,5" in text and "proof: 2 worker process(es)" in text
+    for k, device in ((0, 3), (1, 5)):
+        assert f"CUDA_VISIBLE_DEVICES={device}, 1 torch thread(s)" in (out / "logs" / f"proxies-w{k}.log").read_text()
     same_as_sequential(base, out)
     events = trained(out)
     assert collections.Counter(e["job"] for e in events) == dict.fromkeys(EXPECTED, 1)

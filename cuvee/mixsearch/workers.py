@@ -19,7 +19,9 @@ Locks (why nothing deadlocks and nothing trains twice):
   (``jobs/<phase>.json``, written by the coordinator) was written for that very plan.
 
 Placement (``--workers``, ``--devices``, ``--slurm``) is not part of the binding: a search started with two
-workers resumes with one, with the same records.
+workers resumes with one, with the same records. A local worker sees only its device
+(``CUDA_VISIBLE_DEVICES``) and, unless the config sets ``threads``, its share of this machine's CPUs; records
+are identical to the sequential search's when the torch thread count is the same (``threads`` in the config).
 """
 
 from __future__ import annotations
@@ -304,6 +306,8 @@ def work(config: str, out: Path, phase: str, index: int | None, threads: int | N
 
     fingerprint, trainer = worker_trainer(config, out, threads)
     jobs = read_job_list(out, phase, fingerprint)
+    say(f"[search] worker {os.getpid()}@{os.uname().nodename}: CUDA_VISIBLE_DEVICES="
+        f"{os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}, {trainer.threads or 'default'} torch thread(s)")
     if index is not None:
         if not 0 <= index < len(jobs):
             raise SearchError(f"job {phase}:{index}: the job list has {len(jobs)} jobs")
