@@ -83,11 +83,13 @@ def test_seeds_needed_target_the_observed_effect_as_well_as_the_margin():
     assert f"below {abs(free.effect):.3g}" in small.reason and small.seeds_needed == free.seeds_needed
     wide = compare(cand, ctrl, weights=w, margin=2 * abs(free.effect))  # |effect| < margin < MDE: the margin
     assert f"below {2 * abs(free.effect):.3g}" in wide.reason and wide.seeds_needed < free.seeds_needed
-    # sized at the next look's (smaller) level: more seeds; no look left: none offered
+    # sized at the next look's (smaller) level: more seeds; no look left: refused here, sized for a new ablation
     later = compare(cand, ctrl, weights=w, next_alpha=0.01)
     assert later.seeds_needed > free.seeds_needed and "next look's alpha 0.01" in later.reason
-    spent_all = compare(cand, ctrl, weights=w, looks_left=False)
-    assert spent_all.seeds_needed is None and "every planned look is spent" in spent_all.reason
+    spent_all = compare(cand, ctrl, weights=w, alpha=0.02, next_alpha=0.05, looks_left=False)
+    assert spent_all.seeds_needed == free.seeds_needed
+    assert "every planned look is spent, so more seeds are refused here" in spent_all.reason
+    assert "MDE of a new ablation at alpha 0.05 below" in spent_all.reason
 
 
 # ---- the anneal: looks recorded in the folder ---------------------------------------------------------------

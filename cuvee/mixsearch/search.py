@@ -159,7 +159,7 @@ def _verdicts(cfg: SearchConfig, proof: dict, targets: dict, folder: Path) -> di
                 continue
             ctrl = np.array([proof[arm][s]["targets"][name]["doc_nats"] for s in cfg.proof.seeds])
             v = compare(cand, ctrl, weights=weights, scale=scale, margin=cfg.proof.equivalence_margin,
-                        alpha=look.level, next_alpha=look.next_level, looks_left=look.next_level is not None).to_dict()
+                        alpha=look.level, **look.sizing()).to_dict()
             v["reason"] = f"{look.text()}; {v['reason']}"
             per[arm] = {"metric": unit, "pick": float(np.mean([proof["pick"][s]["targets"][name]["value"]
                                                                for s in cfg.proof.seeds])),

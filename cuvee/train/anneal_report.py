@@ -61,8 +61,7 @@ def source_verdicts(ac, look: Look, names, doc_nats: dict, denoms: dict, results
         ctrl = np.stack(doc_nats["control"][name])
         per_seed = {arm: np.array([results[arm][s]["eval"][name][unit] for s in ac.seeds]) for arm in results}
         margin = _margin(ac, float(per_seed["control"].mean()))
-        v = compare(cand, ctrl, weights=den, scale=scale, margin=margin, alpha=look.level,
-                    next_alpha=look.next_level, looks_left=look.next_level is not None).to_dict()
+        v = compare(cand, ctrl, weights=den, scale=scale, margin=margin, alpha=look.level, **look.sizing()).to_dict()
         v["reason"] = f"{look.text()}; {v['reason']}"
         out[name] = {
             "metric": unit, "candidate": float(per_seed["candidate"].mean()), "control": float(per_seed["control"].mean()),

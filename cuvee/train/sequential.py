@@ -93,6 +93,12 @@ class Look:
         """The level of look k + 1 (where added seeds would be judged); None when no look is left."""
         return levels(self.looks, self.alpha, self.spending)[self.k] if self.k < self.looks else None
 
+    def sizing(self) -> dict:
+        """compare()'s ``next_alpha``/``looks_left``: seeds needed at the next look's level, or - every look
+        spent - for a new ablation at the plan's alpha."""
+        nxt = self.next_level
+        return {"next_alpha": self.alpha if nxt is None else nxt, "looks_left": nxt is not None}
+
     def text(self) -> str:
         s = (f"look {self.k} of {self.looks} ({self.spending.replace('_', '-')} spending), tested at "
              f"alpha_{self.k} = {self.level:.3g}; family-wise false 'better/worse' rate <= {self.spent:.3g}")

@@ -44,7 +44,8 @@ power (MDE = (t_{1-alpha/2} + t_{power}) * SE, from the observed variance compon
 Levels: ``alpha`` is the level this verdict is tested at; under a sequential plan (:mod:`cuvee.train.sequential`)
 that is the look's alpha_k, the decision interval ``ci`` is the ``1 - alpha`` interval (``ci95`` stays the
 95 % one, for reading), and seeds/documents needed are sized for ``next_alpha``, the level the next look
-will be tested at (``looks_left=False``: none - adding seeds cannot be judged under the plan).
+will be tested at (``looks_left=False``: the plan's looks are spent, so the numbers are for a new ablation
+at ``next_alpha`` and the reason says that more seeds are refused here).
 
 Calibration is tested on synthetic data in tests/test_train_verdict.py (null: false better/worse rate near
 alpha over 500 repetitions; planted effect: detected).
@@ -262,9 +263,6 @@ def compare(candidate: np.ndarray, control: np.ndarray, weights: np.ndarray | No
                        f"that happens 20 % of the time at this power, or the effect is smaller - add seeds")
         return out
     out.reason += f"; MDE(80 % power) = {the_mde:.3g} > {target:.3g}; noise dominated by {dominant}"
-    if not looks_left:
-        out.reason += "; every planned look is spent, so added seeds cannot be judged under this plan"
-        return out
     out.seeds_needed = _needed(lambda k: mde(comp, k, m, next_alpha, power), n, target, max_seeds)
     out.docs_needed = _needed(lambda k: mde(comp, n, k, next_alpha, power), m, target, max_docs)
     need = []
@@ -273,6 +271,9 @@ def compare(candidate: np.ndarray, control: np.ndarray, weights: np.ndarray | No
     if out.docs_needed:
         need.append(f"{out.docs_needed} eval documents (+{out.docs_needed - m})")
     at = "" if next_alpha == alpha else f" at the next look's alpha {next_alpha:.3g}"
+    if not looks_left:
+        out.reason += "; every planned look is spent, so more seeds are refused here"
+        at = f" of a new ablation at alpha {next_alpha:.3g}"
     out.reason += (f"; to bring the MDE{at} below {target:.3g}: " + " or ".join(need) if need
                    else "; no affordable number of seeds or documents gets there - the effect is ~0")
     if dominant == "seeds":
