@@ -204,3 +204,22 @@ def test_mix_search_proof_seeds_added_are_the_next_look(tmp_path):
     assert [x["key"]["seeds"] for x in json.loads((out / "looks.json").read_text())["looks"]] == [[0, 1], [0, 1, 2]]
     with pytest.raises(LookError, match="all 2 planned look"):
         search([0, 1, 2, 3])
+
+
+def test_look_record_is_checked_not_trusted(tmp_path):
+    """looks.json is what keeps the stated error rate: an unreadable one is refused in one line, and a changed
+    plan names what changed."""
+    from cuvee.train.sequential import next_look, record_look
+
+    plan = {"looks": 2, "spending": "obrien_fleming", "alpha": 0.05}
+    look = next_look(tmp_path, {"seeds": [0, 1]}, plan, fresh_hint="--fresh")
+    record_look(tmp_path, look, {"seeds": [0, 1]}, plan, {"t": "inconclusive"})
+    with pytest.raises(LookError, match=r"alpha 0\.05 -> 0\.1 after 1 recorded look"):
+        next_look(tmp_path, {"seeds": [0, 1, 2]}, plan | {"alpha": 0.1}, fresh_hint="--fresh")
+    (tmp_path / "looks.json").write_text('{"plan": ')
+    with pytest.raises(LookError, match="unreadable look record") as e:
+        next_look(tmp_path, {"seeds": [0, 1]}, plan, fresh_hint="--fresh")
+    assert "\n" not in str(e.value)
+    (tmp_path / "looks.json").write_text("[1, 2]")
+    with pytest.raises(LookError, match="not a look record"):
+        next_look(tmp_path, {"seeds": [0, 1]}, plan, fresh_hint="--fresh")
