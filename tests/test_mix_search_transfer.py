@@ -94,7 +94,8 @@ def test_pick_yaml_carries_chosen_by_and_the_card_shows_it_escaped(tiny, tmp_pat
     chosen = r["fits"]["blend"]["chosen"]
     assert cb["search"] == "planted" and cb["report"] == str((out / "report.md").resolve())
     assert cb["fits"]["blend"] == {"fit": chosen, "loo_spearman": r["fits"]["blend"]["fits"][chosen]["loo_spearman"],
-                                   "loo_rmse": r["fits"]["blend"]["fits"][chosen]["loo_rmse"], "proxies": 5}
+                                   "loo_rmse": r["fits"]["blend"]["fits"][chosen]["loo_rmse"], "proxies": 5,
+                                   "permutation_p": r["fits"]["blend"]["permutation"]["p_value"]}
     assert cb["proof"] == "not run" and cb["transfer"] == r["transfer"]["verdict"]
     manifest = run_mix(out / "pick.yaml", out_dir=tmp_path / "mix", dry_run=True)  # the mixer accepts it as is
     md = "\n".join(chosen_by_lines(manifest))

@@ -7,11 +7,11 @@ proxies' measured losses (the weights stay put; seeded, so a rerun gives the sam
 *selection statistic* -- the maximum over the families of the LOO Spearman -- with its value on the real
 losses: ``p = (1 + #{perm >= observed}) / (B + 1)`` (never 0; a Monte Carlo p-value that is exact for any B).
 
-Cost, and what is refitted. The nonlinear fits of cuvee/mixsearch/fit.py cost seconds per family and target
-(4 to 30 s per leave-one-out pass at 16 proxies on a shared CPU, measured), i.e. hours for B = 200. So the
-statistic is computed -- on the real losses and on every permutation alike, which keeps the test exact -- with
-each family's linear-in-parameters core, every leave-one-out refit of every permutation done at once as
-matrix products:
+Cost, and what is refitted. One leave-one-out pass of the nonlinear fits of cuvee/mixsearch/fit.py takes 3 to
+30 s per family at 16 proxies (measured on a busy 2-core CPU), i.e. hours for B = 200. So the statistic is
+computed -- on the real losses and on every permutation alike, which keeps the test exact -- with each family's
+linear-in-parameters core, every leave-one-out refit of every permutation done at once as matrix products
+(B = 200, all four families: 0.2 s at 16 proxies, 0.6 s at 32 on the same CPU):
 
 ``ridge``       identical to fit.py's (penalty re-chosen by inner LOO error inside every LOO refit);
 ``loglinear``   the law's log-linear start: least squares of ``log(y - c0)`` on the weights, ``c0`` one of
