@@ -111,7 +111,8 @@ def test_seeds_read_different_orders(data):
 def test_pieces_are_masked_as_documents_of_their_own(data):
     """Rows are the piece stream of ArmBlend cut every SEQ tokens; segments (doc_ids), positions and labels
     restart at every piece, so no token attends to or predicts across a piece boundary, even within one
-    document; a piece is a slice of its own document, whose EOS only ends the last piece."""
+    document; a piece is a slice of its own document, whose EOS only ends the last piece, and never crosses a
+    row boundary."""
     _, arms = data
     shards = open_shards(arms["cand"])
     arm = arm_sources(shards)
@@ -122,6 +123,10 @@ def test_pieces_are_masked_as_documents_of_their_own(data):
         whole = whole if whole[-1] == EOS else np.append(whole, EOS)  # the mixer writes it; else the loader adds it
         assert 1 <= len(p) <= SEQ and p.tobytes() in whole.tobytes()
         assert EOS not in p[:-1].tolist() and (p[-1] == EOS) == (whole[-len(p):] == p).all()
+    ends = np.cumsum([len(p) for p in pieces])
+    assert ends[-1] % SEQ == 0 and ((ends - 1) // SEQ == (ends - [len(p) for p in pieces]) // SEQ).all()  # no piece
+    # crosses a row boundary, so a long document's pieces fill whole rows: ~1 segment a row, not 2
+    assert len(pieces) < 1.3 * ends[-1] / SEQ
     stream = np.concatenate(pieces)
     piece_of = np.repeat(np.arange(len(pieces)), [len(p) for p in pieces])
     starts = np.zeros(len(stream), dtype=bool)
