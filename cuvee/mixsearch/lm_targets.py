@@ -5,10 +5,11 @@ token for a tokenizer that cannot decode) and decontaminated against every sourc
 
 Why likelihood and not accuracy: proxies of a few million parameters answer multiple-choice tasks at chance,
 so their accuracy carries no signal about the mixture; the likelihood of the gold answer text does, and
-small-model studies use it for that reason (the OLMo ladder's task loss in bits per byte of the correct
-continuation, Bhagia et al. 2024, "Establishing Task Scaling Laws via Compute-Efficient Model Ladders";
-DataDecide's correct-answer probability, Magnusson et al. 2025). Unlike those, the whole item (context and
-continuation) is scored, not the continuation given the context: a target is scored as whole documents.
+small-model studies use it for that reason (the task loss of the OLMo model ladder, the correct answer's
+negative log-likelihood normalised by its length: Bhagia et al. 2024, "Establishing Task Scaling Laws via
+Compute-Efficient Model Ladders"; the correct-answer probability in DataDecide, Magnusson et al. 2025). Unlike
+those, the whole item (context and continuation) is scored, not the continuation given the context, since a
+search target is scored as whole documents; the context's share of the score depends on the task's format.
 
 Offline and safe, as the rest of cuvee reads tasks: the task is resolved when the config is validated
 (cuvee.dedup.eval_sets.resolve_task: a shipped task name or a task YAML; its data must be local files, a
