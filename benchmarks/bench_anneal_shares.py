@@ -16,7 +16,9 @@ The issue's scenario, on real bundled text (data/curated WCXB pages, human-revie
 
 Per order it prints: each seed's share of ``cand`` in the candidate arm measured over the steps trained (the
 report's ``shares``), their range, the per-seed effects (control - candidate bpb), their mean, the seed standard
-error of the effect (sd / sqrt(seeds)), and the verdict. Whole run: a few minutes on one CPU thread.
+error of the effect (sd / sqrt(seeds)), the verdict, and the mean tokens per attention segment the candidate arm's
+rows hold (pieces are masked as documents, so this is the context the model gets). Whole run: a few minutes on
+one CPU thread.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from cuvee.mixer import run_mix
 from cuvee.train.anneal import AnnealConfig, run_anneal
 from cuvee.train.config import TrainConfig
 from cuvee.train.demo_data import load_wcxb, split_heldout
+from cuvee.train.loader import PackedLoader
+from cuvee.train.shards import open_shards
 from cuvee.train.trainer import train
 
 MAX_DOC_BYTES = 4000
@@ -107,6 +111,17 @@ def base_checkpoint(work: Path, base: str) -> str:
     return str(ckpt)
 
 
+def tokens_per_segment(arm: str, order: str, seeds: list[int], steps: int) -> float:
+    """Mean tokens per attention segment (a document, piece or row part) over the steps an anneal trains."""
+    shards, tokens, segments = open_shards(arm), 0, 0
+    for seed in seeds:
+        loader = PackedLoader(shards, 128, 8, seed=seed, order=order)
+        for _ in range(steps):
+            ids = next(loader)["doc_ids"].numpy()
+            tokens, segments = tokens + ids.size, segments + int((ids.max(axis=1) + 1).sum())
+    return tokens / segments
+
+
 def run_order(work: Path, arms: dict, ckpt: str, order: str, seeds: list[int], tokens: int) -> dict:
     ac = AnnealConfig(name=f"shares_{order}", checkpoint=ckpt, candidate=[arms["cand"]], control=[arms["ctrl"]],
                       tokens=tokens, eval={"held": arms["held"]}, eval_docs=60, seeds=seeds, average_last=3,
@@ -119,7 +134,8 @@ def run_order(work: Path, arms: dict, ckpt: str, order: str, seeds: list[int], t
     effects = list(src["per_seed_effect"])
     return {"order": order, "shares": shares, "effects": effects, "mean": statistics.mean(effects),
             "seed_se": statistics.stdev(effects) / len(effects) ** 0.5, "verdict": src["verdict"],
-            "gap": max(per_seed[str(s)]["prefix_gap"]["cand"] for s in seeds), "wall_s": time.perf_counter() - t0}
+            "gap": max(per_seed[str(s)]["prefix_gap"]["cand"] for s in seeds), "wall_s": time.perf_counter() - t0,
+            "segment": tokens_per_segment(arms["cand"], order, seeds, -(-tokens // (128 * 8)))}
 
 
 def main() -> None:
@@ -142,13 +158,13 @@ def main() -> None:
     seeds = list(range(args.seeds))
     rows = [run_order(work, arms, ckpt, order, seeds, args.tokens) for order in ("window", "pieces")]
     print(f"\n| order | candidate share per seed (nominal {100 * SHARE:.0f} %) | range | largest prefix gap (tokens) | "
-          f"effect per seed (control - candidate, bpb) | mean effect | seed SE | verdict | wall |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"effect per seed (control - candidate, bpb) | mean effect | seed SE | verdict | tokens per segment | wall |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['order']} | {', '.join(f'{100 * s:.1f}' for s in r['shares'])} | "
               f"{100 * min(r['shares']):.1f}-{100 * max(r['shares']):.1f} % | {r['gap']:,} | "
               f"{', '.join(f'{e:+.4f}' for e in r['effects'])} | {r['mean']:+.4f} | {r['seed_se']:.4f} | "
-              f"{r['verdict']} | {r['wall_s']:.0f} s |")
+              f"{r['verdict']} | {r['segment']:.0f} | {r['wall_s']:.0f} s |")
     w, p = rows
     print(f"\nseed SE ratio window / pieces: {w['seed_se'] / p['seed_se']:.2f}x; candidate share range "
           f"{100 * (max(w['shares']) - min(w['shares'])):.1f} vs {100 * (max(p['shares']) - min(p['shares'])):.1f} points")

@@ -18,6 +18,7 @@ masks attention and restarts positions at every piece), so no piece attends to a
 from __future__ import annotations
 
 import logging
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,9 +176,9 @@ class ArmBlend(ShardSet):
     the source's next slot is read whole; in a row's remaining room the source's first set-aside rest that fits
     is read, else its next slot is cut to the room and its rest set aside (rests only ever fill rooms). So a
     piece of a long document fills a whole row, as an unblended document does, instead of most pieces being
-    split over two rows (measured: 67 -> 100+ tokens per attention segment at 128). The epoch is the arm's
-    tokens (EOS included) rounded up to ``piece_tokens``, so the next epoch starts on a row boundary; rests
-    not used by then are not read in that epoch (as the slots a large source does not reach).
+    split over two rows (benchmarks/bench_anneal_shares.py: 67 -> 122 tokens per attention segment at 128).
+    The epoch is the arm's tokens (EOS included) rounded up to ``piece_tokens``, so the next epoch starts on a
+    row boundary; rests not used by then are not read in that epoch (as the slots a large source does not reach).
 
     Piece ``i`` (``document(i)``) is a slice of global document ``document_origin(i)`` of ``shards``; with
     ``add_eos`` the document's EOS (appended when it lacks one) ends its last piece, so a piece boundary never
@@ -194,7 +195,7 @@ class ArmBlend(ShardSet):
         tables = {k: piece_table(lengths[members[k]], piece_tokens) for k in live}
         streams = {k: epoch_stream(len(tables[k][0]), seed, sources.names[k]) for k in live}
         rests: dict[int, list[tuple[int, int, int]]] = {k: [] for k in live}
-        rec: list[tuple[int, int, int, int]] = []  # (source, global document, start, length)
+        rec = array("q")  # (source, global document, start, length) per piece, flat: 32 bytes a piece
         pos = 0  # tokens emitted so far
 
         def next_piece(j: int) -> int:
@@ -210,14 +211,14 @@ class ArmBlend(ShardSet):
             take = min(length, room)
             if take < length:
                 rests[k].append((doc, start + take, length - take))
-            rec.append((k, int(members[k][doc]), start, take))
+            rec.extend((k, int(members[k][doc]), start, take))
             pos += take
             return take
 
         target = -(-int(lengths[np.concatenate([members[k] for k in live])].sum()) // piece_tokens) * piece_tokens
         for _ in greedy_blend([sources.weights[k] for k in live], target, next_piece):
             pass
-        table = np.asarray(rec, dtype=np.int64).reshape(-1, 4)
+        table = np.frombuffer(rec, dtype=np.int64).reshape(-1, 4)
         self._src = table[:, 0].astype(np.int16)
         self._origin, self._start, self._len = table[:, 1], table[:, 2], table[:, 3]
         self._names, self._eos, self._base = list(sources.names), eos, shards
