@@ -204,6 +204,7 @@ def test_mix_search_proof_seeds_added_are_the_next_look(tmp_path):
     assert [x["key"]["seeds"] for x in json.loads((out / "looks.json").read_text())["looks"]] == [[0, 1], [0, 1, 2]]
     with pytest.raises(LookError, match="all 2 planned look"):
         search([0, 1, 2, 3])
+    assert not list((out / "proof").glob("*_seed3.json")), "a look beyond the plan is refused before its runs train"
 
 
 def test_look_record_is_checked_not_trusted(tmp_path):

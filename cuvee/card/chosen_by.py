@@ -45,9 +45,11 @@ def chosen_by_lines(manifest: dict) -> list[str]:
     fits = block.get("fits")
     if isinstance(fits, dict) and fits:
         rows = [[code(t), code(f.get("fit")), _num(f.get("loo_spearman"), ".3f"), _num(f.get("loo_rmse"), ".4g"),
-                 _num(f.get("proxies"), "d")] if isinstance(f, dict) else [code(t), code(f), "–", "–", "–"]
-                for t, f in fits.items()]
-        lines += ["", _table(["target", "fit", "LOO Spearman", "LOO RMSE", "proxies"], rows)]
+                 _num(f.get("proxies"), "d"), _num(f.get("permutation_p"), ".3g")]
+                if isinstance(f, dict) else [code(t), code(f), "–", "–", "–", "–"] for t, f in fits.items()]
+        lines += ["", _table(["target", "fit", "LOO Spearman", "LOO RMSE", "proxies", "permutation p"], rows),
+                  "", "Permutation p: how often the proxies' losses, shuffled, let the best fit family rank them at "
+                  "least this well (small: the fit's ranking is not chance)."]
     proof = block.get("proof")
     if isinstance(proof, dict) and proof:
         rows = []
@@ -56,10 +58,11 @@ def chosen_by_lines(manifest: dict) -> list[str]:
                 v = v if isinstance(v, dict) else {}
                 ci = v.get("ci95") if isinstance(v.get("ci95"), list) and len(v.get("ci95")) == 2 else [None, None]
                 rows.append([code(t), code(arm), text(v.get("verdict", "?")), code(v.get("metric", "?")),
-                             _num(v.get("effect"), "+.4f"), Md(f"[{_num(ci[0], '+.4f')}, {_num(ci[1], '+.4f')}]")])
+                             _num(v.get("effect"), "+.4f"), Md(f"[{_num(ci[0], '+.4f')}, {_num(ci[1], '+.4f')}]"),
+                             text(v.get("reason", "–"), 400)])
         lines += ["", "Proof: these weights against other mixes, trained from scratch with paired seeds "
                   "(effect = control − these weights; positive: these weights are better).", "",
-                  _table(["target", "against", "verdict", "metric", "effect", "95 % CI"], rows)]
+                  _table(["target", "against", "verdict", "metric", "effect", "95 % CI", "why"], rows)]
     else:
         lines += ["", f"Proof: {text(proof if proof is not None else 'not recorded')}."]
     lines += ["", f"Transfer check (ranks at a larger budget): {text(block.get('transfer', 'not recorded'))}."]

@@ -111,5 +111,5 @@ def mix_search(config, out_dir, dry_run, fresh, as_json, workers, devices, slurm
     for target, per in report["verdicts"].items():
         for arm, v in per.items():
             click.echo(f"[search] {target}: pick vs {arm}: {v['verdict']} (effect {v['effect']:+.4f} {v['metric']}, "
-                       f"95 % CI [{v['ci95'][0]:+.4f}, {v['ci95'][1]:+.4f}])")
+                       f"95 % CI [{v['ci95'][0]:+.4f}, {v['ci95'][1]:+.4f}]): {v.get('reason', '')}")
     click.echo(f"[search] report: {report['pick']['mix_yaml'].rsplit('/', 1)[0]}/report.md")

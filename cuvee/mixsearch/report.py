@@ -37,7 +37,8 @@ def chosen_by(report: dict, out: Path) -> dict:
                 "loo_rmse": f["fits"][f["chosen"]]["loo_rmse"], "proxies": len(report["proxies"]),
                 "permutation_p": (f.get("permutation") or {}).get("p_value")}
             for t, f in report["fits"].items()}
-    proof = {t: {arm: {"verdict": v["verdict"], "metric": v["metric"], "effect": v["effect"], "ci95": list(v["ci95"])}
+    proof = {t: {arm: {"verdict": v["verdict"], "metric": v["metric"], "effect": v["effect"], "ci95": list(v["ci95"]),
+                       "reason": v.get("reason", "")}
                  for arm, v in per.items()} for t, per in (report.get("verdicts") or {}).items()}
     transfer = report.get("transfer")
     return {"search": report["name"], "report": str((out / "report.md").resolve()), "fits": fits,
@@ -112,15 +113,22 @@ def render_markdown(r: dict) -> str:
                   (f"Each arm trained from scratch with paired seeds {seeds} (same initialisation and per-source "
                   f"shuffles per seed), {r['proof']['pick'][str(seeds[0])]['tokens']:,} tokens; effect = control − "
                   "pick (positive: the pick is better); verdict by cuvee/train/verdict.py."), "",
-                  ("| target | control arm | metric | pick | control | effect | 95 % CI | p | per-seed effect | "
-                  "verdict | seeds needed |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  ("| target | control arm | metric | pick | control | effect | 95 % CI | tested at | decision interval "
+                  "| p | per-seed effect | verdict | seeds needed |"), "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        reasons = []
         for t, per in r["verdicts"].items():
             for arm, v in per.items():
                 lo, hi = v["ci95"]
+                dlo, dhi = v.get("ci", v["ci95"])
                 lines.append(f"| {t} | {arm} | {v['metric']} | {v['pick']:.4f} | {v['control']:.4f} | "
-                             f"{v['effect']:+.4f} | [{_fmt(lo, '+.4f')}, {_fmt(hi, '+.4f')}] | {_fmt(v['p_value'], '.2g')} | "
+                             f"{v['effect']:+.4f} | [{_fmt(lo, '+.4f')}, {_fmt(hi, '+.4f')}] | "
+                             f"alpha {_fmt(v.get('alpha'), '.3g')} | [{_fmt(dlo, '+.4f')}, {_fmt(dhi, '+.4f')}] | "
+                             f"{_fmt(v['p_value'], '.2g')} | "
                              f"{', '.join(f'{d:+.4f}' for d in v['per_seed_effect'])} | {v['verdict']} | "
                              f"{v['seeds_needed'] if v['seeds_needed'] else ''} |")
+                reasons.append(f"- {t}, pick vs {arm}: {v.get('reason', '')}")
+        lines += ["", "Why each verdict (the look, the level it was tested at and the family-wise bound):", "",
+                  *reasons]
         lines += ["", ("Shares of each source measured over the steps each proof arm trained (seed "
                   f"{seeds[0]}):"), ""]
         for arm, runs in r["proof"].items():

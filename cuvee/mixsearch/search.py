@@ -135,16 +135,24 @@ def _arms(cfg: SearchConfig, plan: dict, picked: np.ndarray) -> dict[str, list[f
     return arms
 
 
-def _verdicts(cfg: SearchConfig, proof: dict, targets: dict, folder: Path) -> dict:
-    """Per target and control arm: the paired verdict of the pick against that arm (cuvee/train/verdict.py), at
-    the level of this proof's look (cuvee/train/sequential.py: a new seed set is a new look; looks.json)."""
-    from cuvee.train.sequential import next_look, record_look
+def _proof_look(cfg: SearchConfig, arms, folder: Path):
+    """This proof's look under the declared plan (cuvee/train/sequential.py: a new seed set is a new look;
+    looks.json), found before any proof run trains, so a look beyond the plan is refused without training."""
+    from cuvee.train.sequential import next_look
 
     key = {"seeds": sorted(cfg.proof.seeds), "tokens": cfg.proof_tokens, "current": cfg.proof.current,
-           "arms": sorted(proof)}
+           "arms": sorted(arms)}
     plan = {"looks": cfg.proof.looks, "spending": cfg.proof.spending, "alpha": cfg.proof.alpha,
             "equivalence_margin": cfg.proof.equivalence_margin}
-    look = next_look(folder, key, plan, fresh_hint="--fresh")
+    return next_look(folder, key, plan, fresh_hint="--fresh"), key, plan
+
+
+def _verdicts(cfg: SearchConfig, proof: dict, targets: dict, folder: Path) -> dict:
+    """Per target and control arm: the paired verdict of the pick against that arm (cuvee/train/verdict.py), at
+    the level of this proof's look."""
+    from cuvee.train.sequential import record_look
+
+    look, key, plan = _proof_look(cfg, proof, folder)
     out = {}
     for name, (_, _keep, doc_bytes) in targets.items():
         per = {}
@@ -297,6 +305,7 @@ def run_search(path, out_dir: str | Path | None = None, fresh: bool = False, say
         proof = {}
         if cfg.proof.enabled:
             arms = _arms(cfg, plan, picked)
+            _proof_look(cfg, arms, out)  # refuses a look beyond the plan before any proof run trains
             jobs = [Job("proof", f"{arm}_seed{seed}", tuple(aw), seed, cfg.proof_tokens,
                         _trained_tokens(train, cfg.proof_tokens), f"proof {arm} seed {seed}")
                     for seed in cfg.proof.seeds for arm, aw in arms.items()]
