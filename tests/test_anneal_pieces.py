@@ -262,3 +262,18 @@ def test_pieces_with_unknown_sources_is_refused_in_one_line(data, base, tmp_path
     report = run_anneal(ok, quiet=True)
     assert "not measured over the steps trained" in report["shares"]["candidate"]["method"]
     assert report["shares"]["control"]["method"].startswith("loader: realised")
+
+
+def test_train_with_order_pieces_and_unknown_sources_is_refused_before_its_folder(tmp_path):
+    """`cuvee train` with data.order: pieces on a mix whose documents' sources are unknown stops in one line
+    before it claims its output folder (not later, when the loader is built)."""
+    rows = load_wcxb()[:30]
+    build_variant_mix(tmp_path / "demo", "demo", rows, {"clean": 0.5, "shuffled": 0.5}, max_doc_bytes=300)
+    out = tmp_path / "run"
+    cfg = TrainConfig(name="p", model={"dim": 32, "n_layers": 1, "n_heads": 4, "n_kv_heads": 2, "max_seq_len": SEQ},
+                      data={"paths": [str(tmp_path / "demo")], "seq_len": SEQ, "order": "pieces"},
+                      steps=2, micro_batch=2, out_dir=str(out), threads=1)
+    with pytest.raises(SourcesUnknownError) as e:
+        train(cfg, quiet=True)
+    assert "\n" not in str(e.value) and "order: window" in str(e.value)
+    assert not out.exists()

@@ -65,7 +65,8 @@ def train_proxy(train: TrainConfig, caches: list[IndexedDataset], names: list[st
     view = BlendView(caches, names, weights, need, seed, seq, tokenizer)
     torch.manual_seed(seed)
     mcfg = train.resolved_model(tokenizer["vocab_size"])
-    device = torch.device("cpu")
+    # the device the worker was given (CUDA_VISIBLE_DEVICES from --devices / --gpus-per-task), else the CPU
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = Llama(mcfg).to(device)
     backend = resolve_backend(train.attention, device)
     optimizer = build_optimizer(model, train)
@@ -82,6 +83,7 @@ def train_proxy(train: TrainConfig, caches: list[IndexedDataset], names: list[st
         total = 0.0
         for batch in micro:
             idx = batch["doc_index"].numpy().reshape(-1)
+            batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in batch.items()}
             seen += np.bincount(src_of[idx[idx >= 0]], minlength=len(names))
             mask = build_doc_mask(batch["doc_ids"], backend)
             loss = model(batch["input_ids"], batch["position_ids"], batch["doc_ids"], batch["labels"],

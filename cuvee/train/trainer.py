@@ -113,6 +113,10 @@ def _train(cfg: TrainConfig, info, held: ExitStack, resume: bool, stop_after: in
     if cfg.data.seq_len > mcfg.max_seq_len:
         raise ValueError(f"seq_len {cfg.data.seq_len} exceeds model max_seq_len {mcfg.max_seq_len}")
     eval_sets = {name: open_shards(path) for name, path in cfg.eval_paths.items()}  # a missing one fails now
+    if cfg.data.order == "pieces":  # needs every document's source: one line now, before the folder is claimed
+        from cuvee.train.piece_blend import arm_sources
+
+        arm_sources(shards)
     _open_out_dir(out_dir, _binding(cfg, mcfg, shards, info, init_from, init_optimizer, peak_lr), resume, info, held)
     loader = PackedLoader(shards, cfg.data.seq_len, cfg.micro_batch, seed=cfg.data.seed, rank=info.rank,
                           world_size=info.world_size, add_eos=cfg.data.add_eos,
