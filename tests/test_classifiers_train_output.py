@@ -83,3 +83,25 @@ def test_transformer_head_folder_is_claimed_as_a_classifier_folder(data, tmp_pat
     assert res.exit_code == 0, res.output
     assert json.loads((head / ".cuvee-owner.json").read_text())["kind"] == "classifier"
     assert (head / ".cuvee-plan.json").exists() and (head / "head.json").exists()
+
+
+def test_fasttext_training_is_the_same_model_whatever_the_process_did_before(data, tmp_path):
+    """fastText 0.9.2 leaves most of its input matrix as the allocator hands it back: in a process that has
+    allocated and freed large buffers (here: earlier fastText trainings in this very process, and a heap dirtied
+    with 0xFF bytes) the same data, settings and seed gave another model, or "Encountered NaN.". cuvee trains in a
+    fresh child process, so five trainings are byte-identical."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+    blocks = [libc.malloc(7 << 20) for _ in range(8)]
+    for b in blocks:
+        ctypes.memset(b, 0xFF, 7 << 20)
+    for b in blocks:
+        libc.free(b)
+    digests = []
+    for i in range(5):
+        out = tmp_path / f"m{i}.bin"
+        assert train(data, out).exit_code == 0
+        digests.append(out.read_bytes())
+    assert all(d == digests[0] for d in digests[1:])

@@ -9,7 +9,6 @@ share :func:`normalize` so that a model sees the same text form in both. Models 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import tempfile
 from dataclasses import asdict, dataclass
@@ -19,8 +18,6 @@ import numpy as np
 
 from cuvee.classifiers.examples import POSITIVE, Examples
 from cuvee.classifiers.metrics import binary_metrics
-
-log = logging.getLogger(__name__)
 
 
 def normalize(text: str, max_chars: int | None = None) -> str:
@@ -58,32 +55,13 @@ def _write_training_file(ex: Examples, path: str) -> None:
                 f.write(f"__label__{label} {line}\n")
 
 
-NAN_TRIES = 3
-
-
-def _train_supervised(fasttext, kwargs: dict):
-    """``fasttext.train_supervised``, tried again when it stops with "Encountered NaN." on a small file.
-
-    On the same input, settings and seed, with one thread, fastText 0.9 stops with that error in some runs and not in
-    others (up to 9 of 20 on a few hundred short lines in our tests): a race in its training loop, not the data. A run
-    that finishes is an ordinary model, so a second try is honest; a NaN in every try is the data or the learning rate
-    and is reported as such."""
-    for attempt in range(NAN_TRIES):
-        try:
-            return fasttext.train_supervised(**kwargs)
-        except RuntimeError as e:
-            if "NaN" not in str(e):
-                raise
-            log.warning("fastText stopped with %r (try %d of %d); training again", str(e), attempt + 1, NAN_TRIES)
-    raise RuntimeError(f"fastText training diverged (NaN) in {NAN_TRIES} tries: lower --lr (now {kwargs['lr']}) "
-                       f"or check the training file")
-
-
 def train_fasttext(train: Examples, output: str | Path, cfg: FastTextConfig = FastTextConfig(), plan: dict | None = None):
     """Train and save a supervised fastText model (written under a temporary name, then renamed); returns it.
 
     ``<output>.json`` records the config, labels and ``plan``: it marks the file as cuvee's (``outputs.py``)."""
     import fasttext
+
+    from cuvee.classifiers.fasttext_child import train_in_child
 
     if len(set(train.labels)) < 2:
         raise ValueError(f"need at least two labels to train a classifier, got {sorted(set(train.labels))}")
@@ -92,14 +70,19 @@ def train_fasttext(train: Examples, output: str | Path, cfg: FastTextConfig = Fa
     with tempfile.TemporaryDirectory() as tmp:
         train_file = os.path.join(tmp, "train.txt")
         _write_training_file(train, train_file)
-        model = _train_supervised(fasttext, dict(
-            input=train_file, lr=cfg.lr, dim=cfg.dim, epoch=cfg.epoch, wordNgrams=cfg.word_ngrams,
-            minCount=cfg.min_count, bucket=cfg.bucket, thread=cfg.threads, seed=cfg.seed, verbose=0))
-        if cfg.quantize:
-            model.quantize(input=train_file, qnorm=True, retrain=True, cutoff=cfg.quantize_cutoff, thread=cfg.threads, verbose=0)
-    tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
-    model.save_model(str(tmp))
-    os.replace(tmp, output)
+        part = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+        try:  # a fresh process, so fastText's unset matrix rows are zero pages (cuvee/classifiers/fasttext_child.py)
+            train_in_child(dict(input=train_file, lr=cfg.lr, dim=cfg.dim, epoch=cfg.epoch, wordNgrams=cfg.word_ngrams,
+                                minCount=cfg.min_count, bucket=cfg.bucket, thread=cfg.threads, seed=cfg.seed, verbose=0),
+                           dict(input=train_file, qnorm=True, retrain=True, cutoff=cfg.quantize_cutoff,
+                                thread=cfg.threads, verbose=0) if cfg.quantize else None, str(part))
+        except RuntimeError as e:
+            if "NaN" in str(e):
+                raise RuntimeError(f"fastText training diverged ({e}): lower --lr (now {cfg.lr}) or check the "
+                                   f"training file") from None
+            raise
+        model = fasttext.load_model(str(part))
+    os.replace(part, output)
     Path(str(output) + ".json").write_text(json.dumps({"kind": "fasttext", "config": asdict(cfg), "labels": sorted(set(train.labels)),
                                                        "plan": plan}, indent=2, default=str))
     return model
