@@ -66,7 +66,29 @@ def blend_order(piece_lengths: list[np.ndarray], names: list[str], weights, toke
     return np.asarray(src, dtype=np.int16), np.asarray(piece, dtype=np.int64)
 
 
-class BlendView(ShardSet):
+class _SourcedPieces(ShardSet):
+    """A view whose documents are pieces, each from one named source (``_src``: source index per piece,
+    ``_names``), as the loader's share accounting reads them."""
+
+    _src: np.ndarray
+    _names: list[str]
+
+    @property
+    def num_documents(self) -> int:
+        return int(self._src.size)
+
+    def document_source(self, i: int) -> int:
+        return int(self._src[i])
+
+    @property
+    def source_names(self) -> list[str]:
+        return list(self._names)
+
+    def source_ids(self) -> np.ndarray:
+        return self._src
+
+
+class BlendView(_SourcedPieces):
     """The blend of ``weights`` over ``caches`` (one per source) for ``tokens`` tokens, as pieces of the
     cached documents (read it with the loader's ``order: mix``)."""
 
@@ -77,9 +99,6 @@ class BlendView(ShardSet):
         self._names, self._tables = list(names), tables
         super().__init__(datasets=list(caches), tokenizer=dict(tokenizer), manifests=[])
 
-    @property
-    def num_documents(self) -> int:
-        return int(self._src.size)
 
     @property
     def num_tokens(self) -> int:
@@ -93,15 +112,6 @@ class BlendView(ShardSet):
     def document_length(self, i: int) -> int:
         return int(self._tables[int(self._src[i])][2][int(self._piece[i])])
 
-    def document_source(self, i: int) -> int:
-        return int(self._src[i])
-
-    @property
-    def source_names(self) -> list[str]:
-        return list(self._names)
-
-    def source_ids(self) -> np.ndarray:
-        return self._src
 
 
 # ---- anneal arms: the sources and weights of mixer outputs --------------------------------------------------
@@ -167,7 +177,7 @@ def _lengths(shards: ShardSet) -> np.ndarray:
     return np.concatenate([np.asarray(d.sequence_lengths, dtype=np.int64) for d in shards.datasets])
 
 
-class ArmBlend(ShardSet):
+class ArmBlend(_SourcedPieces):
     """One epoch of an arm's documents as pieces, re-blended at the arm's weights with ``seed``.
 
     Each source's documents are cut into slots of ``piece_tokens`` (at offsets 0, P, 2P, ... of the document),
@@ -224,9 +234,6 @@ class ArmBlend(ShardSet):
         self._names, self._eos, self._base = list(sources.names), eos, shards
         super().__init__(datasets=list(shards.datasets), tokenizer=dict(shards.tokenizer), manifests=[])
 
-    @property
-    def num_documents(self) -> int:
-        return int(self._src.size)
 
     @property
     def num_tokens(self) -> int:
@@ -250,12 +257,3 @@ class ArmBlend(ShardSet):
         """The global document (of the arm's shards) piece i was cut from."""
         return self._where(i)[0]
 
-    def document_source(self, i: int) -> int:
-        return int(self._src[i])
-
-    @property
-    def source_names(self) -> list[str]:
-        return list(self._names)
-
-    def source_ids(self) -> np.ndarray:
-        return self._src
