@@ -90,7 +90,8 @@ def main() -> None:
         "proxy_cpu_s": {"mean": mean_cpu, "min": min(cpus), "max": max(cpus)},
         "proxy_tokens_per_s": proxies[0]["tokens"] / mean_wall,
         "fits": {t: {"chosen": f["chosen"], "loo_spearman": f["fits"][f["chosen"]]["loo_spearman"],
-                     "loo_rmse": f["fits"][f["chosen"]]["loo_rmse"]} for t, f in report["fits"].items()},
+                     "loo_rmse": f["fits"][f["chosen"]]["loo_rmse"],
+                     "permutation_p": (f.get("permutation") or {}).get("p_value")} for t, f in report["fits"].items()},
         "pick": report["pick"]["weights"], "natural": dict(zip(plan["sources"], plan["natural"])),
         "verdicts": {t: {a: {"verdict": v["verdict"], "effect": v["effect"], "ci95": v["ci95"], "metric": v["metric"]}
                          for a, v in per.items()} for t, per in report["verdicts"].items()},
@@ -104,7 +105,8 @@ def main() -> None:
           f"wall {mean_wall:.1f} s (min {min(walls):.1f}, max {max(walls):.1f}), CPU {mean_cpu:.1f} s per proxy, "
           f"{result['proxy_tokens_per_s']:,.0f} tokens/s")
     for t, f in result["fits"].items():
-        print(f"target {t}: fit {f['chosen']}, LOO Spearman {f['loo_spearman']:.3f}, LOO RMSE {f['loo_rmse']:.4f}")
+        print(f"target {t}: fit {f['chosen']}, LOO Spearman {f['loo_spearman']:.3f}, LOO RMSE {f['loo_rmse']:.4f}, "
+              f"permutation p {f['permutation_p']}")
     print("pick " + ", ".join(f"{n} {w:.3f}" for n, w in result["pick"].items()) + "; natural "
           + ", ".join(f"{n} {w:.3f}" for n, w in result["natural"].items()))
     for t, per in result["verdicts"].items():
