@@ -12,22 +12,12 @@ import time
 import pytest
 import yaml
 
-from slurm_cluster import one_node_cluster, slurm_available
 from test_mix_search import _data, _yaml
 from test_mix_search_workers import cuvee, finish, records, stripped, tiny, trained
 
 pytestmark = [pytest.mark.slurm]
 
 SLURM = ["--slurm", "--partition", "debug", "--time", "00:10:00", "--mem-per-cpu-gb", "1"]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    why = slurm_available()
-    if why:
-        pytest.skip(why)
-    with one_node_cluster(tmp_path_factory.mktemp("slurm")) as conf:
-        yield conf
 
 
 @pytest.fixture(scope="module")

@@ -7,21 +7,11 @@ import yaml
 
 from cuvee.pipeline.io import iter_documents
 from cuvee.pipeline.runner import restat, run_recipe
-from slurm_cluster import one_node_cluster, slurm_available
 from test_pipeline_core import make_jsonl
 
 pytestmark = [pytest.mark.slurm]
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    why = slurm_available()
-    if why:
-        pytest.skip(why)
-    with one_node_cluster(tmp_path_factory.mktemp("slurm")) as conf:
-        yield conf
 
 
 def test_slurm_run_with_stats_and_accounting(cluster, tmp_path):
