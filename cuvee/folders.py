@@ -78,7 +78,7 @@ def claim(folder: str | Path, kind: str, *, what: str = "folder") -> Path:
                           f"cuvee writes only into empty or cuvee-owned folders: choose another folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        _atomic_write(folder / MARKER, json.dumps({"kind": kind, "created": _now(), "cuvee_version": __version__},
+        atomic_write_text(folder / MARKER, json.dumps({"kind": kind, "created": _now(), "cuvee_version": __version__},
                                                   indent=2))
     except OSError as e:
         raise FolderError(f"cannot create {what} {folder}: {e.strerror or e}") from None
@@ -144,7 +144,9 @@ def empty_owned(folder: str | Path, kind: str, *, what: str = "folder") -> int:
     return n
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a sibling ``.<name>.<pid>.tmp`` and a rename: readers see the old
+    file or the new one, never half of it (a killed writer leaves a ``*.tmp`` that ``clean_stale_tmp`` removes)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
@@ -275,7 +277,7 @@ def bind(folder: str | Path, binding: dict[str, Any], *, what: str = "folder", f
         return recorded
     recorded = {"fingerprint": fingerprint(binding), "created": _now(), "cuvee_version": __version__,
                 "binding": binding}
-    _atomic_write(Path(folder) / PLAN, json.dumps(recorded, indent=2, default=str))
+    atomic_write_text(Path(folder) / PLAN, json.dumps(recorded, indent=2, default=str))
     return recorded
 
 

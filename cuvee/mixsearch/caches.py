@@ -10,11 +10,11 @@ killed search is simply written again.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
+from cuvee.folders import atomic_write_text
 from cuvee.mixer.indexed import IndexedDataset, dtype_for_vocab
 from cuvee.mixer.sources import resolve_files, tokenize_source
 from cuvee.train.decontam import decontaminate
@@ -33,12 +33,6 @@ def shard_tokenizer(tokenizer) -> dict:
             "eos_id": tokenizer.eos_id, "fingerprint": tokenizer.fingerprint}
 
 
-def _write_json(path: Path, data) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
 def tokenize_once(text_set, tokenizer, out: Path, max_epochs: float = 1.0, say=print) -> dict:
     """The cache of one source or target (tokenized now unless its ``.json`` says it is done)."""
     cache = out / CACHE
@@ -55,7 +49,7 @@ def tokenize_once(text_set, tokenizer, out: Path, max_epochs: float = 1.0, say=p
     scan = tokenize_source(src, files, tokenizer, cache / text_set.name, dtype_for_vocab(tokenizer.vocab_size), 512)
     meta = {"name": text_set.name, "tokens": int(scan.tokens), "documents": int(scan.kept),
             "counters": scan.as_dict(), "files": scan.files, **({"lm_eval": task} if task else {})}
-    _write_json(meta_path, meta)
+    atomic_write_text(meta_path, json.dumps(meta, indent=2) + "\n")
     say(f"[search] tokenized {text_set.name}: {scan.kept:,} documents, {scan.tokens:,} tokens "
         f"({sum(scan.dropped.values()):,} dropped: {scan.dropped or 'none'})")
     return meta
@@ -69,10 +63,7 @@ def _rendered_task(target, cache: Path, say):
 
     texts, counts = render(target.task, target.allow_task_code, target.pool, say)
     items = cache / f"{target.name}.items.jsonl"
-    tmp = items.with_name(f".{items.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts)
-    os.replace(tmp, items)
+    atomic_write_text(items, "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts))
     say(f"[search] target {target.name}: lm-eval task {target.task['task']}: {counts['read']:,} items read, "
         f"{counts['kept']:,} rendered ({counts['dropped'] or 'none dropped'})")
     task = {**target.task, **counts}
@@ -140,7 +131,7 @@ def clean_targets(cfg, tokenizer, out: Path, say=print) -> tuple[dict, dict]:
                 "exact_overlap": int(per.get("exact_overlap", 0)), "near_overlap": int(per.get("near_overlap", 0)),
                 "contained_overlap": int(per.get("contained_overlap", 0)),
                 "removed": per.get("removed", [])[:50]}
-        _write_json(report_path, stored)
+        atomic_write_text(report_path, json.dumps(stored, indent=2) + "\n")
     targets = {}
     for t in cfg.targets:
         info = stored["targets"][t.name]

@@ -6,19 +6,13 @@ Everything here is recomputed from the job records, so a resumed search writes t
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 import yaml
 
+from cuvee.folders import atomic_write_text
 from cuvee.train.strict_json import dumps as strict_dumps
-
-
-def _atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def rounded_weights(w: np.ndarray, digits: int = 6) -> list[float]:
@@ -68,7 +62,7 @@ def write_pick_yaml(cfg, names: list[str], weights: np.ndarray, out: Path, chose
     if chosen is not None:
         mix["chosen_by"] = chosen
     path = out / "pick.yaml"
-    _atomic(path, "# written by cuvee mix search; see report.md next to it\n"
+    atomic_write_text(path, "# written by cuvee mix search; see report.md next to it\n"
             + yaml.safe_dump(mix, sort_keys=False, allow_unicode=True))
     return path
 
@@ -187,8 +181,8 @@ def write_report(out: Path, report: dict) -> None:
     from cuvee.mixsearch.plots import draw
 
     report["plots"] = draw(out, report)
-    _atomic(out / "report.json", strict_dumps(report, indent=2, default=_default))
-    _atomic(out / "report.md", render_markdown(report))
+    atomic_write_text(out / "report.json", strict_dumps(report, indent=2, default=_default))
+    atomic_write_text(out / "report.md", render_markdown(report))
 
 
 def _default(x):

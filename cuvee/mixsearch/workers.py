@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cuvee.folders import FolderError, FolderLock
+from cuvee.folders import FolderError, FolderLock, atomic_write_text
 
 LOCKS = "locks"
 JOBS = "jobs"
@@ -107,9 +107,7 @@ class Placement:
 
 def write_json(path: Path, data) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def event(out: Path, record: dict) -> None:

@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from scipy import stats
 
-from cuvee.folders import FolderError
+from cuvee.folders import FolderError, atomic_write_text
 
 Spending = Literal["obrien_fleming", "pocock"]
 SPENDING = ("obrien_fleming", "pocock")
@@ -162,6 +161,4 @@ def record_look(folder: str | Path, look: Look, key: dict, plan: dict, verdicts:
         raise LookError(f"{folder / RECORD}: changed while this look ran (expected {look.k - 1} looks recorded)")
     data["looks"].append({"look": look.k, "key": key, "n": len(key.get("seeds", [])), "alpha_tested": look.level,
                           "familywise_bound": look.spent, "verdicts": verdicts})
-    tmp = folder / f".{RECORD}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, folder / RECORD)
+    atomic_write_text(folder / RECORD, json.dumps(data, indent=2, sort_keys=True) + "\n")
