@@ -298,7 +298,7 @@ def _die_with_parent(parent: int) -> None:
         sys.exit(1)
 
 
-def work(config: str, out: Path, phase: str, index: int | None, threads: int | None, say=print) -> int:
+def work(config: str, out: Path, phase: str, index: int | None, threads: int | None, say=print) -> None:
     """The worker: re-validate the folder, then train job ``index`` (a SLURM task) or every free job (local)."""
     from cuvee.mixsearch.search import worker_trainer
 
@@ -311,12 +311,9 @@ def work(config: str, out: Path, phase: str, index: int | None, threads: int | N
             raise SearchError(f"job {phase}:{index}: the job list has {len(jobs)} jobs")
         if train_job(out, jobs[index], trainer, say, wait=False) is None:
             say(f"[search] {jobs[index].label}: held by another process, left to it")
-        return 1
-    n = 0
-    for job in jobs:
-        if recorded(out, job) is None and train_job(out, job, trainer, say, wait=False) is not None:
-            n += 1
-    return n
+        return
+    for job in jobs:  # a job with a record is read, one held by another process skipped
+        train_job(out, job, trainer, say, wait=False)
 
 
 def main(argv: list[str] | None = None) -> int:
