@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from cuvee.kernel.errors import UserError
+
 DEBUG_ENV = "CUVEE_DEBUG"  # set to 1: unexpected errors show their traceback (as -v / --verbose does)
 
 # name -> (module:attribute, one-line help)
@@ -73,6 +75,12 @@ class LazyGroup(click.Group):
 
                 traceback.print_exception(e.__cause__ or e.__context__, file=sys.stderr)
             _fail(e.format_message(), e.exit_code)
+        except UserError as e:
+            if _wants_traceback(args):
+                import traceback
+
+                traceback.print_exc()
+            _fail(str(e), e.exit_code)
         except BrokenPipeError:
             sys.exit(141)  # `cuvee stages | head`: not an error worth a line
         except SystemExit:
