@@ -124,7 +124,7 @@ def run(stage: str, inputs: tuple[str], work_dir: str, tasks: int, workers: int,
     folder holding files cuvee did not create is never written into.
     """
     from cuvee.dedup.local_run import build, executors, merged_counters
-    from cuvee.folders import FolderError, owned
+    from cuvee.kernel.workdir import FolderError, Workdir, owned
     params = _parse_params(param)
     files = _input_files(inputs)
     odd = next((f for f in files if any(c != c.strip() or "\n" in c or "\r" in c for c in Path(f).parts)), None)
@@ -140,9 +140,8 @@ def run(stage: str, inputs: tuple[str], work_dir: str, tasks: int, workers: int,
     except (ValueError, TypeError, LookupError) as e:  # a builder refusing its settings
         raise click.ClickException(" ".join(str(e).split())) from None
     binding = dedup_binding(stage, resolved, files, tasks)
-    what = "dedup work folder"
     try:
-        with owned(work, "dedup", binding, fresh=fresh, what=what):
+        with owned(work, Workdir("dedup", "dedup work folder"), binding, fresh=fresh):
             executors(barrier, _readers(files, work), work, tasks, workers)[-1].run()
     except FolderError as e:
         raise click.ClickException(str(e)) from None

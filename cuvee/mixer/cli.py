@@ -208,9 +208,9 @@ def _tokenizer_folder(out: Path, binding: dict, fresh: bool):
 
     A folder holding files cuvee did not write, or a tokenizer trained with other settings or input, is refused
     before any training: nothing a user put there is ever overwritten."""
-    from cuvee.folders import owned
+    from cuvee.kernel.workdir import Workdir, owned
 
-    with owned(out, "tokenizer", binding, fresh=fresh, what=TOKENIZER_FOLDER):
+    with owned(out, Workdir("tokenizer", TOKENIZER_FOLDER), binding, fresh=fresh):
         yield out
 
 
