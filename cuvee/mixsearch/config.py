@@ -26,10 +26,10 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from cuvee.kernel.config import ConfigError, describe
 from cuvee.mixer.config import NAME_PATTERN, SourceConfig, listify, plain_name, where_condition
 from cuvee.mixer.tokenizers import TokenizerSpec
 from cuvee.train.config import TrainConfig, _Strict, read_config_yaml
-from cuvee.train.config_errors import ConfigError, describe
 from cuvee.train.sequential import Spending
 
 
@@ -90,7 +90,7 @@ class Target(TextSet):
         if isinstance(data, dict):
             for key in data:
                 if key not in cls.model_fields:
-                    from cuvee.train.config_errors import did_you_mean
+                    from cuvee.kernel.config import did_you_mean
 
                     raise ValueError(f"target {data.get('name', '?')!r}: unknown key {key!r}"
                                      f"{did_you_mean(str(key), sorted(cls.model_fields))}")

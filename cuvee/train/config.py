@@ -6,21 +6,15 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     model_serializer,
     model_validator,
 )
 
-from cuvee.train.config_errors import ConfigError, describe, did_you_mean
+from cuvee.kernel.config import ConfigError, StrictModel, describe, did_you_mean, read_config_file, validate
 
-
-class _Strict(BaseModel):
-    # unknown keys are refused (a typo must not silently keep a default); NaN and infinity are refused for every
-    # float, before any range check: a NaN compares false with every bound, so ``gt=0`` alone lets it through
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+_Strict = StrictModel  # the kernel's strict base (unknown keys and non-finite numbers refused)
 
 
 class ModelConfig(_Strict):
@@ -191,33 +185,12 @@ def load_train_config(path: str | Path, overrides: dict | None = None) -> TrainC
     return build_config(TrainConfig, raw, path)
 
 
-def read_config_yaml(path: str | Path) -> dict:
-    """A config file as a mapping; every failure is a one-line :class:`ConfigError`."""
-    from cuvee.yaml_safe import YamlLoadError, load_yaml
-
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read the config: {getattr(e, 'strerror', None) or e}") from None
-    try:
-        raw = load_yaml(text, str(path))  # alias bombs and recursive aliases refused
-    except YamlLoadError as e:
-        raise ConfigError(" ".join(str(e).split())) from None
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping of keys at top level, got {type(raw).__name__}")
-    return raw
+read_config_yaml = read_config_file  # the kernel's; kept under the name train and search import
 
 
-def build_config(cls: type[_Strict], raw: dict, where: str | Path):
+def build_config(cls, raw: dict, where: str | Path):
     """``cls(**raw)``, with a validation failure turned into one :class:`ConfigError` line."""
-    try:
-        return cls(**raw)
-    except ValidationError as e:
-        raise ConfigError(f"{where}: {describe(e, cls)}") from None
-    except (TypeError, ValueError) as e:  # e.g. a non-string key at top level
-        raise ConfigError(f"{where}: {' '.join(str(e).split())}") from None
+    return validate(cls, raw, where)
 
 
 def apply_overrides(raw: dict, overrides: dict, where: str | Path) -> None:
