@@ -36,8 +36,8 @@ SLURM_ONLY = ("partition", "time", "cpus_per_task", "gpus_per_task", "mem_per_cp
 
 def _placement(workers, devices, slurm, opts: dict):
     """Where the jobs train; placement is not part of the folder's plan (a search resumes with any)."""
+    from cuvee.mixsearch.phases import Placement
     from cuvee.mixsearch.slurm import SlurmOptions
-    from cuvee.mixsearch.workers import Placement
 
     given = [k for k in SLURM_ONLY if opts[k] not in (None, False)]
     if not slurm and given:

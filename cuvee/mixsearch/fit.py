@@ -32,13 +32,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, stats
 
+from cuvee.mixsearch.families import POWER_EPS, POWER_EXPONENTS, RIDGE_ALPHAS, features
+from cuvee.mixsearch.permutation import PERMUTATIONS, permutation_test
 from cuvee.mixsearch.sampling import project
 
 FITS = ("loglinear", "separable", "powerlaw", "ridge")
 SPEARMAN_TOL = 0.02  # LOO Spearman values this close count as tied; the lower LOO RMSE wins
-POWER_EPS = 0.01
-POWER_EXPONENTS = np.geomspace(0.02, 4.0, 41)  # the grid over the shared exponent a (then polished)
-RIDGE_ALPHAS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 
 
 @dataclass(frozen=True)
@@ -59,13 +58,7 @@ class Fit:
             k, a = np.exp(p[1:1 + n]), math.exp(p[1 + n])
             return p[0] + (k[None, :] * (w + POWER_EPS) ** -a).sum(1)
         mean, scale, coef, icpt = _ridge_unpack(p, n)
-        return (_features(w) - mean) / scale @ coef + icpt
-
-
-def _features(w: np.ndarray) -> np.ndarray:
-    n = w.shape[1]
-    pairs = [w[:, i] * w[:, j] for i in range(n) for j in range(i, n)]
-    return np.column_stack([w, *pairs]) if pairs else w
+        return (features(w) - mean) / scale @ coef + icpt
 
 
 def _ridge_unpack(p: np.ndarray, n: int):
@@ -149,7 +142,7 @@ def _ridge_solve(x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarray
 
 
 def _fit_ridge(w: np.ndarray, y: np.ndarray) -> Fit:
-    f = _features(w)
+    f = features(w)
     mean, scale = f.mean(0), f.std(0)
     scale = np.where(scale > 1e-12, scale, 1.0)
     x = (f - mean) / scale
@@ -197,8 +190,6 @@ def choose(scores: dict[str, dict], tol: float = SPEARMAN_TOL) -> str:
 def fit_target(w: np.ndarray, y: np.ndarray, permutations: int | None = None, seed: int = 0) -> dict:
     """Every fit of one target, their LOO scores, the chosen one (see :func:`choose`) and the permutation test
     of that choice (cuvee/mixsearch/permutation.py; ``permutations`` defaults to its ``PERMUTATIONS``)."""
-    from cuvee.mixsearch.permutation import PERMUTATIONS, permutation_test
-
     scores = {k: loo(k, w, y) for k in FITS}
     for k in FITS:
         scores[k]["params"] = list(FITTERS[k](w, y).params)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cuvee.mixsearch.fit import POWER_EPS, POWER_EXPONENTS, RIDGE_ALPHAS, _features
+from cuvee.mixsearch.families import POWER_EPS, POWER_EXPONENTS, RIDGE_ALPHAS, features
 
 PERMUTATIONS = 200
 SIGNIFICANCE = 0.05  # a search warns when the fit choice's p is above this
@@ -113,7 +113,7 @@ def family_loo(w: np.ndarray, ys: np.ndarray) -> dict[str, np.ndarray]:
         "loglinear": _loglinear_loo(w, ys),
         "separable": _grid_loo([np.exp(-w * t) for t in SEPARABLE_RATES], ys),
         "powerlaw": _grid_loo([(w + POWER_EPS) ** -a for a in POWER_EXPONENTS], ys),
-        "ridge": _grid_loo([_features(w)], ys, inner_loo=True, standardize=True, alphas=RIDGE_ALPHAS),
+        "ridge": _grid_loo([features(w)], ys, inner_loo=True, standardize=True, alphas=RIDGE_ALPHAS),
     }
 
 

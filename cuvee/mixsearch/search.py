@@ -8,7 +8,7 @@ rerun of the same search trains only the jobs without a record (a job killed mid
 are short) and recomputes the fits, the pick and the report from the records, which gives the same pick
 and report. ``events.jsonl`` logs every job trained, so "nothing trained twice" can be checked. Jobs run in
 this process, in K local worker processes (one device each) or as a SLURM job array; the per-job locks that
-let them share the folder with this coordinator are described in cuvee/mixsearch/workers.py.
+let them share the folder with this coordinator are described in cuvee/mixsearch/jobs.py.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ from cuvee.mixsearch.config import (
     load_search_config,
 )
 from cuvee.mixsearch.fit import fit_of, fit_target, pick
+from cuvee.mixsearch.jobs import Job, SearchError, Submitted, Trainer, write_json
+from cuvee.mixsearch.phases import Placement, run_phase
 from cuvee.mixsearch.proxies import steps_for
 from cuvee.mixsearch.transfer import TransferBudgetError, check_budget, select, summarize
-from cuvee.mixsearch.workers import Job, Placement, SearchError, Submitted, Trainer, run_phase, write_json
 from cuvee.train.verdict import compare
 
 WHAT = "search folder"

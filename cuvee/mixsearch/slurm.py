@@ -3,7 +3,7 @@
 The coordinator (holding the search folder's lock) writes ``slurm/<phase>.sbatch`` into the search folder and
 submits it with ``sbatch --array=<indices of the jobs without a record>``; each task runs the internal worker
 (``python -m cuvee.mixsearch.workers --index $SLURM_ARRAY_TASK_ID``), which takes only the job's own lock, so
-tasks never wait on the coordinator (see cuvee/mixsearch/workers.py). Submitted job ids are appended to
+tasks never wait on the coordinator (see cuvee/mixsearch/jobs.py). Submitted job ids are appended to
 ``slurm/jobs.json``: a rerun while one of them is still queued or running waits for it (or, with ``--no-wait``,
 is refused) and never submits a second array for the same jobs. The coordinator waits by polling ``squeue``
 (no accounting database needed); a task that left no record is named with its log file.
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cuvee.mixsearch.workers import Job, SearchError, Submitted, code_path, write_json
+from cuvee.mixsearch.jobs import Job, SearchError, Submitted, code_path, write_json
 
 SLURM = "slurm"
 _PARTITION = re.compile(r"^[A-Za-z0-9_.,-]{1,128}$")
