@@ -14,17 +14,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from cuvee.kernel.config import ConfigError, StrictModel, did_you_mean, join_problems, problems, short_repr
 from cuvee.pipeline.crawl import CommonCrawlInput
 from cuvee.pipeline.registry import StageParams, get_stage
 from cuvee.yaml_safe import YamlLoadError, load_yaml
 
 
-class RecipeError(ValueError):
+class RecipeError(ConfigError):
     """A recipe that cannot run; the message says where and why."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+_Strict = StrictModel
 
 
 class InputConfig(_Strict):
@@ -146,55 +146,6 @@ class Recipe(_Strict):
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
 
 
-def _fmt_loc(loc: tuple) -> str:
-    return ".".join(str(x) for x in loc) if loc else "(top level)"
-
-
-MAX_VALUE_REPR = 200  # characters of an offending value shown in an error
-MAX_PROBLEMS = 20  # problems listed in one error; the rest are counted
-MAX_MESSAGE = 4000  # characters of a whole error message
-
-
-def short_repr(value: Any, limit: int = MAX_VALUE_REPR) -> str:
-    """``repr`` of a value, bounded in time and size whatever the value (a huge list, a deep nest)."""
-    import reprlib
-
-    r = reprlib.Repr()
-    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 3, 6, 6, 6, 6
-    r.maxstring, r.maxother, r.maxlong = limit, limit, 40
-    try:
-        text = r.repr(value)
-    except Exception:  # noqa: BLE001 - a value whose repr fails is still reported
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _cap(problems: list[str]) -> str:
-    """The problems as one message: at most MAX_PROBLEMS lines and MAX_MESSAGE characters, then a count of
-    the rest (empty entries stand for problems counted but not formatted)."""
-    shown, size = [], 0
-    for line in problems:
-        if not line:
-            continue
-        if len(shown) >= MAX_PROBLEMS or size + len(line) > MAX_MESSAGE:
-            break
-        shown.append(line)
-        size += len(line) + 1
-    if len(shown) < len(problems):
-        shown.append(f"... and {len(problems) - len(shown)} more problem(s)")
-    return "\n".join(shown)
-
-
-def did_you_mean(word: Any, options) -> str:
-    """"; did you mean 'x'?" for the closest of ``options`` to a misspelt ``word``, else ''."""
-    import difflib
-
-    if not isinstance(word, str):
-        return ""
-    close = difflib.get_close_matches(word, list(options), n=2, cutoff=0.6)
-    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-
-
 def unknown_stage(name: Any) -> str:
     """The message for a stage name that is not registered: the closest names, not all of them."""
     from cuvee.pipeline.registry import all_stages
@@ -203,43 +154,7 @@ def unknown_stage(name: Any) -> str:
     return f"unknown stage {short_repr(name, 80)}{hint or '; `cuvee stages` lists every stage'}"
 
 
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
-    """The pydantic models an annotation can hold (``X | None``, ``A | B``, ``list[X]``...)."""
-    import typing
-
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [m for a in typing.get_args(annotation) for m in _models_in(a)]
-
-
-def _known_keys(model: type[BaseModel], loc: tuple) -> list[str]:
-    """The keys allowed where an unknown key sits: ``loc`` walked down from ``model``'s fields (a union's
-    tag or a list index between two keys keeps the candidates)."""
-    candidates = [model]
-    for part in loc[:-1]:
-        inner = [m for c in candidates if part in c.model_fields for m in _models_in(c.model_fields[part].annotation)]
-        if inner:
-            candidates = inner
-        elif any(part in c.model_fields for c in candidates):
-            return []  # a field that is not a model (a dict of free keys): nothing to suggest
-    return sorted({k for c in candidates for k in c.model_fields})
-
-
-def _errors(e: ValidationError, prefix: str, where: str, model: type[BaseModel] | None = None) -> list[str]:
-    lines = []
-    for err in e.errors(include_url=False)[: MAX_PROBLEMS + 1]:
-        loc = _fmt_loc(err["loc"])
-        key = f"{prefix}.{loc}" if prefix else loc
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key" + (did_you_mean(err["loc"][-1], _known_keys(model, err["loc"])) if model else "")
-        got = err["type"] != "missing" and not isinstance(err.get("input"), dict)
-        lines.append(f"{where}: {key}: {msg}" + (f" (got {short_repr(err['input'])})" if got else ""))
-    lines.extend([""] * (e.error_count() - len(lines)))  # counted by _cap, never shown
-    return lines
-
-
-def _min_max_problems(params: BaseModel, prefix: str, where: str) -> list[str]:
+def _min_max_problems(params: BaseModel, prefix: str) -> list[str]:
     """Backstop for every stage model: a ``min_X`` above its ``max_X`` (both set) is an error."""
     out = []
     for name in type(params).model_fields:
@@ -248,7 +163,7 @@ def _min_max_problems(params: BaseModel, prefix: str, where: str) -> list[str]:
         other = "max_" + name[4:]
         lo, hi = getattr(params, name, None), getattr(params, other, None)
         if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo > hi:
-            out.append(f"{where}: {prefix}.{other}: must be at least {name} ({name}={lo}, {other}={hi})")
+            out.append(f"{prefix}.{other}: must be at least {name} ({name}={lo}, {other}={hi})")
     return out
 
 
@@ -256,34 +171,34 @@ def parse_recipe(data: Any, where: str = "<recipe>") -> Recipe:
     """Validate a recipe mapping (already parsed YAML); raise RecipeError listing every problem."""
     if not isinstance(data, dict):
         raise RecipeError(f"{where}: a recipe must be a mapping, got {type(data).__name__}")
-    problems: list[str] = []
+    found: list[str] = []
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as e:
-        raise RecipeError(_cap(_errors(e, "", where, Recipe))) from None
+        raise RecipeError(join_problems(problems(e, Recipe), where)) from None
 
     entries: list[StageEntry] = []
     for i, raw in enumerate(recipe.stages):
         key = f"stages[{i}]"
         if not isinstance(raw, dict) or "stage" not in raw:
-            problems.append(f"{where}: {key}: each stage is a mapping with a 'stage' key naming it, got {short_repr(raw)}")
+            found.append(f"{key}: each stage is a mapping with a 'stage' key naming it, got {short_repr(raw)}")
             continue
         name = raw["stage"]
         try:
             spec = get_stage(name)
         except KeyError:
-            problems.append(f"{where}: {key}.stage: {unknown_stage(name)}")
+            found.append(f"{key}.stage: {unknown_stage(name)}")
             continue
         params = {k: v for k, v in raw.items() if k != "stage"}
         try:
             validated = spec.params.model_validate(params)
         except ValidationError as e:
-            problems.extend(_errors(e, f"{key}({name})", where, spec.params))
+            found.extend(problems(e, spec.params, f"{key}({name})"))
             continue
-        problems.extend(_min_max_problems(validated, f"{key}({name})", where))
+        found.extend(_min_max_problems(validated, f"{key}({name})"))
         entries.append(StageEntry(name=name, params=validated))
-    if problems:
-        raise RecipeError(_cap(problems))
+    if found:
+        raise RecipeError(join_problems(found, where))
     recipe._stages = entries
     return recipe
 

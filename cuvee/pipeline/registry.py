@@ -20,6 +20,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from cuvee.kernel.config import StrictModel
+
 STAGE_PACKAGES = (
     "cuvee.pipeline.core_stages",
     "cuvee.pipeline.stages",
@@ -29,10 +31,11 @@ STAGE_PACKAGES = (
 )
 
 
-class StageParams(BaseModel):
-    """Base for every stage's parameters: unknown keys are errors, not silently ignored."""
+class StageParams(StrictModel):
+    """Base for every stage's parameters: the kernel's strict base (unknown keys and non-finite numbers are
+    errors, not silently ignored), frozen because a built stage must not change under its plan."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     def metadata_fields(self) -> dict[str, str]:
         """Metadata keys this stage writes, with their Parquet types ("string", "double", "int64", "bool"):
