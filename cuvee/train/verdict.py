@@ -254,9 +254,15 @@ def compare(candidate: np.ndarray, control: np.ndarray, weights: np.ndarray | No
         out.verdict = EQUIVALENT
         out.reason = f"{ci} lies inside ±{margin:.3g}"
         return out
+    if se == 0:  # every seed and document gave the same difference, 0 (with a nonzero one, the CI excluded 0)
+        out.reason = ("the arms gave the same metric on every seed and document: effect 0 with no noise to test "
+                      "against" + ("" if margin is None else f", not tested against ±{margin:.3g}") + _no_margin(margin))
+        return out
     # the target: the observed |effect| or the margin, whichever the MDE does not reach yet (larger first)
     target = next((t for t in sorted({abs(effect), margin or 0.0}, reverse=True) if 0 < t < the_mde), None)
-    out.reason = f"{ci} includes 0" + ("" if margin is None else f" and is not inside ±{margin:.3g}")
+    out.reason = (f"effect {effect:+.3g} ({better}/{n} seeds favour the candidate) is not significant: {ci} includes 0 "
+                  f"(p = {p:.2g} >= {alpha:.3g}; SE {se:.3g} on {df:.3g} degrees of freedom)"
+                  + ("" if margin is None else f" and is not inside ±{margin:.3g}"))
     out.reason += _no_margin(margin)
     if target is None:
         out.reason += (f"; MDE(80 % power) = {the_mde:.3g} is already below |effect| = {abs(effect):.3g}: a miss "
@@ -275,10 +281,24 @@ def compare(candidate: np.ndarray, control: np.ndarray, weights: np.ndarray | No
         out.reason += "; every planned look is spent, so more seeds are refused here"
         at = f" of a new ablation at alpha {next_alpha:.3g}"
     out.reason += (f"; to bring the MDE{at} below {target:.3g}: " + " or ".join(need) if need
-                   else "; no affordable number of seeds or documents gets there - the effect is ~0")
+                   else _both_needed(comp, n, m, target, next_alpha, power, max_seeds, max_docs, at))
     if dominant == "seeds":
         out.reason += " (or a longer anneal, more tokens, if that grows the effect)"
     return out
+
+
+def _both_needed(comp: Components, n: int, m: int, target: float, alpha: float, power: float, max_seeds: int,
+                 max_docs: int, at: str) -> str:
+    """Why neither more seeds alone nor more documents alone reaches ``target`` (each leaves the other's noise),
+    and the smallest design growing both by one factor that does, if an affordable one exists."""
+    text = (f"; neither more seeds alone (with {max_seeds:,} seeds the eval-document noise keeps the MDE at "
+            f"{mde(comp, max_seeds, m, alpha, power):.3g}) nor more eval documents alone (with {max_docs:,} the seed "
+            f"noise keeps it at {mde(comp, n, max_docs, alpha, power):.3g}) brings the MDE{at} below {target:.3g}")
+    factor = _needed(lambda k: mde(comp, n * k, m * k, alpha, power), 1, target, min(max_seeds // n, max_docs // m)) \
+        if min(max_seeds // n, max_docs // m) > 1 else None
+    if factor is None:
+        return text + f": no design within {max_seeds:,} seeds and {max_docs:,} eval documents gets there"
+    return text + f": both are needed, e.g. {n * factor} seeds and {m * factor} eval documents"
 
 
 def _pct(level: float) -> str:
