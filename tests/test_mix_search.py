@@ -192,7 +192,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
     ({"mixturs": 8}, "did you mean 'mixtures'"),
     ({"sources": "MIN"}, "min_weight values sum to 1.5 > 1"),
     ({"sources": "MAX"}, "max_weight values sum to 0.6 < 1"),
-    ({"proxy": {"tokens": 10, "train": {"optim": {"lrr": 1}}}}, "did you mean 'optim.lr'"),
+    ({"proxy": {"tokens": 10, "train": {"optim": {"lrr": 1}}}}, "did you mean 'lr'"),
 ])
 def test_bad_search_configs_are_one_line(tmp_path, capsys, change, expect):
     files = {n: str(tmp_path / f"{n}.jsonl") for n in ("en", "de", "ru", "target")}

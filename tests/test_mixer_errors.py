@@ -42,8 +42,8 @@ def test_missing_source_names_source_and_path(small_source, tmp_path):
 
 @pytest.mark.parametrize(
     "weights,match",
-    [([0.5, 0.6], r"sum to 1 \(got 1\.1"), ([1.5, -0.5], r"sources\.1\.weight: weight must be a positive"),
-     ([0.0, 1.0], r"sources\.0\.weight"), ([float("nan"), 1.0], r"sources\.0\.weight")],
+    [([0.5, 0.6], r"sum to 1 \(got 1\.1"), ([1.5, -0.5], r"sources\[1\]\.weight: weight must be a positive"),
+     ([0.0, 1.0], r"sources\[0\]\.weight"), ([float("nan"), 1.0], r"sources\[0\]\.weight")],
 )
 def test_bad_weights(small_source, weights, match):
     cfg = _cfg(small_source)
@@ -66,7 +66,7 @@ def test_typo_in_yaml_names_file_and_key(small_source, tmp_path):
     path.write_text(yaml.safe_dump(cfg))
     with pytest.raises(MixConfigError) as e:
         load_mix_config(path)
-    assert str(path) in str(e.value) and "sources.0.max_epoch: unknown key" in str(e.value)
+    assert str(path) in str(e.value) and "sources[0].max_epoch: unknown key" in str(e.value)
 
 
 def test_bad_where_operator_and_duplicate_names(small_source):

@@ -79,9 +79,9 @@ def test_anneal_refuses_bad_numbers_naming_the_key(tmp_path, key, value, says):
 
 
 @pytest.mark.parametrize("cli,text,key,suggestion", [
-    (train_cli, TRAIN, "optim.lrr", "did you mean 'optim.lr'?"),
+    (train_cli, TRAIN, "optim.lrr", "did you mean 'lr'?"),
     (train_cli, TRAIN, "stepz", "did you mean 'steps'?"),
-    (train_cli, TRAIN, "model.n_layer", "did you mean 'model.n_layers'?"),
+    (train_cli, TRAIN, "model.n_layer", "did you mean 'n_layers'?"),
     (anneal_cli, ANNEAL, "average_lst", "did you mean 'average_last'?"),
 ])
 def test_unknown_keys_get_did_you_mean(tmp_path, cli, text, key, suggestion):

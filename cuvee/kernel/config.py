@@ -112,9 +112,8 @@ def problems(err: ValidationError, model: type[BaseModel] | None = None, prefix:
         if kind == "missing":
             missing.append(repr(key))
         elif kind == "extra_forbidden":
-            parent = key[: len(key) - len(str(loc[-1]))] if loc else ""
             hint = did_you_mean(str(loc[-1]) if loc else "", known_keys(model, tuple(x for x in loc[:-1]
-                                                                                    if not isinstance(x, int))), parent)
+                                                                                    if not isinstance(x, int))))
             out.append(f"{key}: unknown key{hint}")
         elif len(group) > 1 and kind != "value_error":
             forms = " or ".join(dict.fromkeys(str(x["msg"]).replace("Input should be ", "") for x in group))

@@ -12,7 +12,6 @@ provably exclude each other (``cuvee/mixer/where.py``), so no document can be dr
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import math
@@ -21,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
@@ -29,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from cuvee.kernel.config import ConfigError, StrictModel, config_error
 from cuvee.mixer.tokenizers import TokenizerSpec
 from cuvee.mixer.where import OPERATORS, check_where, disjoint
 
@@ -54,8 +53,12 @@ def plain_name(v: str) -> str:
     return v
 
 
-class MixConfigError(ValueError):
+class MixConfigError(ConfigError):
     """A mix config that cannot be run as written (message names the file and key)."""
+
+
+class _Frozen(StrictModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def _positive_weight(v: float | None) -> float | None:
@@ -64,10 +67,9 @@ def _positive_weight(v: float | None) -> float | None:
     return v
 
 
-class SelectionConfig(BaseModel):
+class SelectionConfig(_Frozen):
     """Part of a source chosen by metadata, blended as a source of its own."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(..., pattern=NAME_PATTERN)
     where: dict[str, Any] = Field(..., description="metadata conditions, all must hold (with the source's where)")
@@ -80,8 +82,7 @@ class SelectionConfig(BaseModel):
     _where = field_validator("where")(where_condition)
 
 
-class SourceConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class SourceConfig(_Frozen):
 
     name: str = Field(..., pattern=NAME_PATTERN)
     paths: list[str] = Field(..., min_length=1, description="files, folders or globs of pipeline outputs")
@@ -136,8 +137,7 @@ class SourceConfig(BaseModel):
                              where={**self.where, **sel.where}) for sel in self.selections]
 
 
-class MixConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class MixConfig(_Frozen):
 
     name: str = Field(..., pattern=NAME_PATTERN)
     target_tokens: int = Field(..., gt=0)
@@ -207,26 +207,6 @@ class MixConfig(BaseModel):
         return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
 
 
-KNOWN_KEYS = sorted({*MixConfig.model_fields, *SourceConfig.model_fields, *SelectionConfig.model_fields})
-
-
-def _format_error(err: ValidationError, origin: str) -> str:
-    """One line for one problem, else a header and a line per problem."""
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            close = difflib.get_close_matches(str(e["loc"][-1]), KNOWN_KEYS, n=1)
-            msg = f"unknown key; did you mean {close[0]!r}?" if close else "unknown key (typo?)"
-        elif e["type"] == "string_pattern_mismatch":
-            msg = f"{e['input']!r}: use only letters, digits, '_', '.' and '-' (it names files and folders)"
-        lines.append(f"{loc}: {msg}")
-    if len(lines) == 1:
-        return f"invalid mix config {origin}: {lines[0]}"
-    return "\n  ".join([f"invalid mix config {origin}:", *lines])
-
-
 def load_mix_config(config: str | Path | dict | MixConfig) -> MixConfig:
     """Parse and validate a mix config from a YAML path, a dict or an existing MixConfig."""
     if isinstance(config, MixConfig):
@@ -251,4 +231,4 @@ def load_mix_config(config: str | Path | dict | MixConfig) -> MixConfig:
     try:
         return MixConfig.model_validate(data)
     except ValidationError as e:
-        raise MixConfigError(_format_error(e, origin)) from None
+        raise config_error(e, MixConfig, f"invalid mix config {origin}", cls=MixConfigError) from None
