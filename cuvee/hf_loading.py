@@ -19,11 +19,13 @@ import os
 import re
 from pathlib import Path
 
+from cuvee.kernel.errors import UserError
+
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 CODE_FILES = ("config.json", "tokenizer_config.json")
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(UserError, ValueError):
     """A model cuvee will not load as asked (custom code, missing folder, offline); the message says why."""
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
+from cuvee.kernel.errors import UserError
+
 MAX_VALUE_CHARS = 300  # one value in the card (a host, a reason, a name); longer ones are cut with "…"
 
 _REFS = str.maketrans({
@@ -70,7 +72,7 @@ ALLOWED: dict[str, set[str]] = {
 DATA_IMAGE = "data:image/png;base64,"
 
 
-class CardMarkupError(RuntimeError):
+class CardMarkupError(UserError, RuntimeError):
     """The rendered card holds markup the card does not write itself: a value escaped nowhere. Never published."""
 
 

@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cuvee.kernel.errors import UserError
 from cuvee.pipeline.stats import counter_value
 from cuvee.yaml_safe import YamlLoadError, load_yaml
 
 log = logging.getLogger(__name__)
 
 
-class CardInputError(ValueError):
+class CardInputError(UserError, ValueError):
     """The run directory (or manifest) cannot describe a dataset; the message says why."""
 
 

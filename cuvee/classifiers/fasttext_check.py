@@ -13,13 +13,15 @@ import os
 import struct
 from pathlib import Path
 
+from cuvee.kernel.errors import UserError
+
 MAGIC = 793712314
 VERSIONS = (11, 12)
 KSUB = 256  # centroids per product-quantizer sub-space
 MAX_DIM = 1 << 16
 
 
-class FastTextFileError(ValueError):
+class FastTextFileError(UserError, ValueError):
     """The file is not a complete fastText model; the message names it and says what is wrong."""
 
 

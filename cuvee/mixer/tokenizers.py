@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from cuvee.kernel.errors import UserError
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -30,7 +32,7 @@ PATTERNS = {
 }
 
 
-class TokenizerMismatchError(ValueError):
+class TokenizerMismatchError(UserError, ValueError):
     """Raised when shards, caches or a config pin disagree with the tokenizer actually loaded."""
 
 

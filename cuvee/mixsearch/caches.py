@@ -10,20 +10,23 @@ killed search is simply written again.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
 
 from cuvee.folders import atomic_write_text
+from cuvee.kernel.errors import UserError
 from cuvee.mixer.indexed import IndexedDataset, dtype_for_vocab
 from cuvee.mixer.sources import resolve_files, tokenize_source
+from cuvee.mixsearch.progress import seconds, timed
 from cuvee.train.decontam import decontaminate
 from cuvee.train.shards import ShardSet
 
 CACHE = "cache"
 
 
-class EmptyTargetError(ValueError):
+class EmptyTargetError(UserError, ValueError):
     """A target with no document left to score after decontamination."""
 
 
@@ -41,6 +44,8 @@ def tokenize_once(text_set, tokenizer, out: Path, max_epochs: float = 1.0, say=p
     if meta_path.exists():
         return json.loads(meta_path.read_text())
     task = None
+    say(f"[search] tokenizing {text_set.name} ...")
+    t0 = time.perf_counter()
     if getattr(text_set, "lm_eval", None):  # an lm-eval task's items, rendered to a JSONL file first
         src, task = _rendered_task(text_set, cache, say)
     else:
@@ -51,17 +56,17 @@ def tokenize_once(text_set, tokenizer, out: Path, max_epochs: float = 1.0, say=p
             "counters": scan.as_dict(), "files": scan.files, **({"lm_eval": task} if task else {})}
     atomic_write_text(meta_path, json.dumps(meta, indent=2) + "\n")
     say(f"[search] tokenized {text_set.name}: {scan.kept:,} documents, {scan.tokens:,} tokens "
-        f"({sum(scan.dropped.values()):,} dropped: {scan.dropped or 'none'})")
+        f"({sum(scan.dropped.values()):,} dropped: {scan.dropped or 'none'}) in {seconds(time.perf_counter() - t0)}")
     return meta
 
 
 def _rendered_task(target, cache: Path, say):
-    """``cache/<name>.items.jsonl``: the target task's first ``limit`` items as documents (lm_targets.py), and
-    what was read, kept and dropped; the mixer's source view of that file."""
+    """``cache/<name>.items.jsonl``: the target task's first ``limit`` items as documents (cuvee.evaltasks.render),
+    and what was read, kept and dropped; the mixer's source view of that file."""
+    from cuvee.evaltasks.render import render_items
     from cuvee.mixer.config import SourceConfig
-    from cuvee.mixsearch.lm_targets import render
 
-    texts, counts = render(target.task, target.allow_task_code, target.pool, say)
+    texts, counts = render_items(target.task, target.allow_task_code, target.pool, say)
     items = cache / f"{target.name}.items.jsonl"
     atomic_write_text(items, "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts))
     say(f"[search] target {target.name}: lm-eval task {target.task['task']}: {counts['read']:,} items read, "
@@ -105,6 +110,16 @@ class Truncated(ShardSet):
         return min(self.base.document_length(i), self.max_tokens)
 
 
+def _decontaminated(t, shards: ShardSet, sources: list[ShardSet], ngram: int, threshold: float) -> dict:
+    """One target's kept documents and what was removed (``cuvee.train.decontam``, as ``cuvee anneal`` does)."""
+    keep, rep = decontaminate({t.name: shards}, sources, max_docs=t.pool, ngram=ngram, threshold=threshold)
+    per = rep["eval_sets"][t.name]
+    return {"kept": [int(i) for i in keep[t.name]], "pool": min(t.pool, shards.num_documents),
+            "duplicates_within": int(per.get("duplicates_within_eval", 0)),
+            "exact_overlap": int(per.get("exact_overlap", 0)), "near_overlap": int(per.get("near_overlap", 0)),
+            "contained_overlap": int(per.get("contained_overlap", 0)), "removed": per.get("removed", [])[:50]}
+
+
 def clean_targets(cfg, tokenizer, out: Path, say=print) -> tuple[dict, dict]:
     """Per target: (ShardSet, kept indices, per-document bytes), and the decontamination report.
 
@@ -120,17 +135,10 @@ def clean_targets(cfg, tokenizer, out: Path, say=print) -> tuple[dict, dict]:
         sources = [ShardSet(datasets=[open_cache(out, s.name)], tokenizer=tok) for s in cfg.sources]
         ngram = 50 if tokenizer.vocab_size <= 512 else 13  # byte-level: ~50 bytes is the 13-token window's span
         stored = {"ngram": ngram, "threshold": cfg.decontam_threshold, "targets": {}}
-        for t in cfg.targets:
-            keep, rep = decontaminate({t.name: sets[t.name]}, sources, max_docs=t.pool, ngram=ngram,
-                                      threshold=cfg.decontam_threshold)
-            per = rep["eval_sets"][t.name]
-            stored["targets"][t.name] = {
-                "kept": [int(i) for i in keep[t.name]],
-                "pool": min(t.pool, sets[t.name].num_documents),
-                "duplicates_within": int(per.get("duplicates_within_eval", 0)),
-                "exact_overlap": int(per.get("exact_overlap", 0)), "near_overlap": int(per.get("near_overlap", 0)),
-                "contained_overlap": int(per.get("contained_overlap", 0)),
-                "removed": per.get("removed", [])[:50]}
+        with timed(say, f"decontaminating {len(cfg.targets)} target(s) against {len(cfg.sources)} source(s) "
+                        f"({ngram}-gram containment)"):
+            for t in cfg.targets:
+                stored["targets"][t.name] = _decontaminated(t, sets[t.name], sources, ngram, cfg.decontam_threshold)
         atomic_write_text(report_path, json.dumps(stored, indent=2) + "\n")
     targets = {}
     for t in cfg.targets:

@@ -14,8 +14,10 @@ import math
 import numpy as np
 from scipy import stats
 
+from cuvee.kernel.errors import UserError
 
-class TransferBudgetError(ValueError):
+
+class TransferBudgetError(UserError, ValueError):
     """A transfer budget that would read some source past its max_epochs."""
 
 

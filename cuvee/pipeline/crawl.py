@@ -18,6 +18,7 @@ from urllib.parse import unquote
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from cuvee.kernel.errors import UserError
 from cuvee.pipeline.remote import RetryPolicy
 
 _SECRET_WORDS = ("key", "secret", "token", "password", "passwd", "credential")
@@ -89,7 +90,7 @@ class SnapshotSample:
         return f"{cfg.snapshot} {cfg.kind}: {len(self.urls)} of {self.total} files, seed {cfg.seed} ({self.listing})"
 
 
-class ListingError(ValueError):
+class ListingError(UserError, ValueError):
     """The snapshot's listing cannot be had (unknown snapshot, unreachable base, empty listing)."""
 
 

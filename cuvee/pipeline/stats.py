@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuvee import __version__
+from cuvee.kernel.errors import UserError
 from cuvee.pipeline.compiler import INTERNAL, READER, STAGE, SUMMARY, WRITER, Job
 from cuvee.pipeline.io import DOC_SUFFIXES
 
@@ -24,7 +25,7 @@ KEY_LIBRARIES = ("datatrove", "trafilatura", "fasttext-numpy2-wheel", "fast-lang
                  "resiliparse", "spacy", "tiktoken", "transformers", "torch", "pyarrow", "rensa", "datasketch")
 
 
-class AccountingError(RuntimeError):
+class AccountingError(UserError, RuntimeError):
     """Documents went missing: records read != kept + dropped."""
 
 

@@ -19,10 +19,12 @@ from pathlib import Path
 
 import torch
 
+from cuvee.kernel.errors import UserError
+
 _NAME = re.compile(r"step_(\d+)\.pt$")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint cuvee refuses to load (not plain data, or unreadable); the message says what to do."""
 
 
@@ -77,7 +79,7 @@ def load_checkpoint(path: str | Path) -> dict:
                else "it is not a readable torch checkpoint (truncated or corrupt?)")
         raise CheckpointError(
             f"refusing checkpoint {path}: {why}. A cuvee checkpoint holds only tensors and plain values and is "
-            f"never unpickled as code; delete the file, or start over with --no-resume or another output folder"
+            f"never unpickled as code; delete the file, or start over with --fresh or another output folder"
         ) from None
     if not isinstance(state, dict) or "model" not in state:
         raise CheckpointError(f"checkpoint {path} is not a cuvee checkpoint (no model state)")

@@ -24,13 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
+from cuvee.kernel.errors import UserError
 from cuvee.mixer.blend import greedy_blend
 from cuvee.mixer.indexed import IndexedDataset
 from cuvee.mixer.shuffle import epoch_stream
 from cuvee.train.shards import UNKNOWN_SOURCE, ShardSet, _folder_manifest
 
 
-class SourcesUnknownError(ValueError):
+class SourcesUnknownError(UserError, ValueError):
     """The per-document sources (or the weights) of a mix cannot be identified; the message is one line."""
 
 

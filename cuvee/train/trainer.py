@@ -27,6 +27,7 @@ from cuvee.folders import (
     clean_stale_tmp,
     empty_owned,
 )
+from cuvee.kernel.errors import UserError
 from cuvee.train import checkpoint as ckpt
 from cuvee.train import distributed as dist_utils
 from cuvee.train.attention import build_doc_mask, resolve_backend
@@ -42,7 +43,7 @@ from cuvee.train.strict_json import dumps as strict_dumps
 log = logging.getLogger(__name__)
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(UserError, RuntimeError):
     """The loss, the gradients or the weights stopped being finite; the message names the step and the value."""
 
 
@@ -276,7 +277,7 @@ def _open_out_dir(out_dir: Path, binding: dict, resume: bool, info, held: ExitSt
             if not resume:  # start over: only a folder cuvee created is emptied, and only while we hold it
                 empty_owned(out_dir, "train", what=what)
             binding = {**binding, "data": resume_identity(out_dir, binding["data"])}  # a rewritten shard: one line
-            bind(out_dir, binding, what=what, fresh_hint="--no-resume")
+            bind(out_dir, binding, what=what, fresh_hint="--fresh")
             clean_stale_tmp(out_dir)  # e.g. a torch.save killed half-way through step_X.pt.tmp
         except Exception as e:
             if info.world_size == 1:
