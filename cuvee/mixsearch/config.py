@@ -29,6 +29,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from cuvee.kernel.config import ConfigError, describe
 from cuvee.mixer.config import NAME_PATTERN, SourceConfig, listify, plain_name, where_condition
 from cuvee.mixer.tokenizers import TokenizerSpec
+from cuvee.mixsearch.sampling import room_error
 from cuvee.train.config import TrainConfig, _Strict, read_config_yaml
 from cuvee.train.sequential import Spending
 
@@ -213,6 +214,9 @@ class SearchConfig(_Strict):
         if self.mixtures < len(self.sources) + 1:
             raise ValueError(f"mixtures: {self.mixtures} is fewer than sources + 1 = {len(self.sources) + 1}: "
                              f"the fit would be under-determined")
+        too_many = room_error(self.mixtures, [s.min_weight for s in self.sources], [s.max_weight for s in self.sources])
+        if too_many:
+            raise ValueError(too_many)
         if self.transfer is not None and self.transfer.top_k + self.transfer.bottom_k > self.mixtures:
             raise ValueError(f"transfer: top_k + bottom_k = {self.transfer.top_k + self.transfer.bottom_k} is more "
                              f"than the {self.mixtures} mixtures")
