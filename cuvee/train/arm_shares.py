@@ -25,8 +25,8 @@ def measured_shares(cfg: TrainConfig) -> dict:
     shards = open_shards(cfg.data.paths)
     try:
         arm = arm_sources(shards)
-    except SourcesUnknownError as e:
-        return _manifest_shares(shards, str(e))
+    except SourcesUnknownError as e:  # its message is for a refused order: pieces; the report wants only why
+        return _manifest_shares(shards, e.detail)
     rows = realised_shares(shards, cfg.steps, seq_len=cfg.data.seq_len, batch_size=cfg.micro_batch,
                            grad_accum=cfg.grad_accum, world_size=1, order=cfg.data.order, seed=cfg.data.seed,
                            window=cfg.data.window, add_eos=cfg.data.add_eos)

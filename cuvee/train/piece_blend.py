@@ -32,7 +32,12 @@ from cuvee.train.shards import UNKNOWN_SOURCE, ShardSet, _folder_manifest
 
 
 class SourcesUnknownError(UserError, ValueError):
-    """The per-document sources (or the weights) of a mix cannot be identified; the message is one line."""
+    """The per-document sources (or the weights) of a mix cannot be identified; the message is one line.
+    ``detail``: why, without the folder's path or the advice to the refused command (what a report shows)."""
+
+    def __init__(self, message: str, detail: str | None = None):
+        super().__init__(message)
+        self.detail = detail or message
 
 
 def piece_table(lengths: np.ndarray, piece_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -154,7 +159,8 @@ def arm_sources(shards: ShardSet) -> ArmSources:
                    f"replayable greedy blend)" if listed else "it has no mixer manifest listing its sources")
             raise SourcesUnknownError(
                 f"{folder}: order: pieces needs the source of every document, but {why}; write the arm with "
-                f"`cuvee mix` (or one source per folder), or set order: window")
+                f"`cuvee mix` (or one source per folder), or set order: window",
+                detail=f"the source of each document is unknown: in mix folder {folder.name!r}, {why}")
         if listed[0] not in names:
             names.append(listed[0])
         ids[lo:hi] = -1 - names.index(listed[0])  # marked; remapped below
