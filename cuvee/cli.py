@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from cuvee.kernel.errors import UserError
+from cuvee.kernel.errors import UserError, one_line
 
 DEBUG_ENV = "CUVEE_DEBUG"  # set to 1: unexpected errors show their traceback (as -v / --verbose does)
 
@@ -29,16 +29,6 @@ LAZY_COMMANDS = {
     "card": ("cuvee.card.cli:card", "Write a Hugging Face dataset card (Markdown + HTML + plots) for a run."),
     "rephrase": ("cuvee.rephrase.cli:rephrase_cmd", "Rewrite a run's documents with an LLM into a new mix source."),
 }
-
-
-def one_line(message: str) -> str:
-    """A message as one line: its non-empty lines joined by '; ' (by a space after a ':'), whitespace collapsed."""
-    out = ""
-    for line in str(message).splitlines():
-        if line.strip():
-            line = " ".join(line.split())
-            out = f"{out}{' ' if out.endswith(':') else '; ' if out else ''}{line}"
-    return out
 
 
 def _wants_traceback(args: list[str]) -> bool:
@@ -98,6 +88,16 @@ class LazyGroup(click.Group):
 
     def list_commands(self, ctx):
         return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS))
+
+    def resolve_command(self, ctx, args):
+        """A misspelt command gets the house's "did you mean", among the lazy commands too (click's own
+        suggestion knows only the commands it has loaded, so `cuvee mixx` got none)."""
+        name = click.utils.make_str(args[0]) if args else ""
+        if name and not name.startswith("-") and not ctx.resilient_parsing and self.get_command(ctx, name) is None:
+            from cuvee.kernel.config import did_you_mean
+
+            raise click.UsageError(f"No such command {name!r}{did_you_mean(name, self.list_commands(ctx))}", ctx)
+        return super().resolve_command(ctx, args)
 
     def get_command(self, ctx, name):
         if name in LAZY_COMMANDS:
@@ -209,8 +209,8 @@ def validate(recipe):
 
 def _report_run_folder(recipe) -> None:
     """Say up front whether `cuvee run` would start, resume, or refuse this recipe's run folder."""
-    from cuvee.folders import MARKER, PLAN, FolderError, bind_check, owner
-    from cuvee.pipeline.plan import build_plan
+    from cuvee.kernel.workdir import MARKER, PLAN, bind_check, owner
+    from cuvee.pipeline.plan import build_plan, split_stamps
 
     run_dir = recipe.resolved_run_dir()
     if not run_dir.exists() or not any(run_dir.iterdir()):
@@ -222,10 +222,8 @@ def _report_run_folder(recipe) -> None:
     if not (run_dir / PLAN).exists():
         click.echo(f"run folder {run_dir}: cuvee folder without a plan; `cuvee run` will start it")
         return
-    try:
-        bind_check(run_dir, build_plan(recipe), what="run folder")
-    except FolderError as e:
-        raise click.ClickException(str(e)) from None
+    plan, stamped = split_stamps(build_plan(recipe))
+    bind_check(run_dir, plan, what="run folder", inputs=stamped)
     click.echo(f"run folder {run_dir}: same plan, `cuvee run` resumes it")
 
 
@@ -302,7 +300,8 @@ def stages(name, as_json):
         return
     for stage_name, spec in specs.items():
         doc = (spec.doc or "").strip()
-        click.echo(f"{stage_name}: {doc if name else (doc.splitlines()[0] if doc else '')}")
+        summary = " ".join(doc.split("\n\n")[0].split())  # the first paragraph: a wrapped sentence is not cut
+        click.echo(f"{stage_name}: {doc if name else summary}")
         rows = describe_params(spec.params)
         if not rows:
             click.echo("    (no parameters)")

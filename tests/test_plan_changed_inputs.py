@@ -82,5 +82,5 @@ def test_cli_refuses_a_changed_input_with_one_line(tmp_path):
     res = CliRunner().invoke(main, ["run", str(tmp_path / "r.yaml")])
     assert res.exit_code != 0
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: run folder") and f"inputs changed since it started: {path} (" in lines[0], \
+    assert len(lines) == 1 and lines[0].startswith("Error: run folder") and f"input {path} changed since" in lines[0], \
         res.output

@@ -61,13 +61,7 @@ def dedup_binding(stage: str, params: dict, files: list[str], tasks: int) -> dic
     run plan's stamp), so a rerun on other or changed input, even rewritten in place at the same size and
     time, is refused instead of returning the first input's finished output.
     """
-    from cuvee.pipeline.plan import local_file_stamp
-
-    inputs = {}
-    for f in files:
-        size, stamp = local_file_stamp(f)
-        inputs[str(Path(f).resolve())] = {"size": size, **stamp}
-    return {"stage": stage, "params": params, "tasks": tasks, "inputs": inputs}
+    return {"stage": stage, "params": params, "tasks": tasks, "inputs": [str(Path(f).resolve()) for f in files]}
 
 
 def _parse_params(param: tuple[str, ...]) -> dict:
@@ -124,6 +118,7 @@ def run(stage: str, inputs: tuple[str], work_dir: str, tasks: int, workers: int,
     folder holding files cuvee did not create is never written into.
     """
     from cuvee.dedup.local_run import build, executors, merged_counters
+    from cuvee.kernel.stamps import stamps
     from cuvee.kernel.workdir import FolderError, Workdir, owned
     params = _parse_params(param)
     files = _input_files(inputs)
@@ -141,7 +136,8 @@ def run(stage: str, inputs: tuple[str], work_dir: str, tasks: int, workers: int,
         raise click.ClickException(" ".join(str(e).split())) from None
     binding = dedup_binding(stage, resolved, files, tasks)
     try:
-        with owned(work, Workdir("dedup", "dedup work folder"), binding, fresh=fresh):
+        with owned(work, Workdir("dedup", "dedup work folder"), binding, fresh=fresh,
+                   inputs=stamps(str(Path(f).resolve()) for f in files)):
             executors(barrier, _readers(files, work), work, tasks, workers)[-1].run()
     except FolderError as e:
         raise click.ClickException(str(e)) from None

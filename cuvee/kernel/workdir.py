@@ -260,6 +260,13 @@ def _differences(old: Any, new: Any, prefix: str = "", out: list[str] | None = N
     return list(dict.fromkeys(out))
 
 
+def _once(diffs: list[str]) -> list[str]:
+    """A setting a plan records at its top and inside a section (the run plan's ``tasks`` and
+    ``recipe.executor.tasks``) changes in both places at once: it is listed once, by its top-level name."""
+    top = [line for line in diffs if "." not in line.partition(": ")[0]]
+    return [line for line in diffs if not any(line.endswith("." + t) for t in top)]
+
+
 def _short(v: Any, n: int = 120) -> str:
     s = json.dumps(v, sort_keys=True, default=str)
     return s if len(s) <= n else s[: n - 3] + "..."
@@ -286,7 +293,8 @@ def plan_difference(recorded: dict, binding: dict[str, Any], folder: str | Path,
     fp = fingerprint(binding)
     if recorded["fingerprint"] == fp and fingerprint(recorded["binding"]) == fp:
         return None
-    diffs = _differences(recorded["binding"], json.loads(json.dumps(binding, default=str))) or ["(fingerprints differ)"]
+    diffs = _once(_differences(recorded["binding"], json.loads(json.dumps(binding, default=str)))) \
+        or ["(fingerprints differ)"]
     return FolderError(
         f"{what} {folder} was started with a different plan, so its files cannot be resumed by this one:\n  "
         + "\n  ".join(diffs)
@@ -361,37 +369,50 @@ class Opened:
     swept: int
 
 
-def open_workdir(folder: str | Path, decl: Workdir, binding: dict[str, Any], held: ExitStack, *,
-                 fresh: bool = False, inputs: dict[str, dict] | None = None,
-                 before_fresh: Callable[[Path], None] | None = None,
-                 on_other_plan: Callable[[Path, dict], bool] | None = None,
-                 before_sweep: Callable[[Path], None] | None = None) -> Opened:
+def open_workdir(folder: str | Path, decl: Workdir, binding: dict[str, Any], held: ExitStack, **kw) -> Opened:
     """The one preamble of every command that writes its own folder; the lock is released when ``held`` closes.
 
     Order: claim -> lock -> (``before_fresh``, then empty when ``fresh``) -> changed-input check -> bind ->
-    ``before_sweep`` -> sweep. Hooks:
+    ``before_sweep`` -> sweep. Hooks (keyword arguments, each called with the folder):
 
-    * ``before_fresh(folder)``: refuse to start over while something else still writes there (queued SLURM jobs).
+    * ``before_fresh(folder)``: refuse to go on while something else still writes there (queued SLURM jobs).
     * ``on_other_plan(folder, recorded)``: the recorded plan differs; return True after removing what the old plan
       left (an unfinished attempt nobody can resume), and the folder is bound anew; False (or no hook) refuses.
     * ``before_sweep(folder)``: wait for writers that are not this process (SLURM array tasks) before their
       temporaries are swept.
     """
-    path = claim(folder, decl.kind, what=decl.what)
-    held.enter_context(locked(path, decl.what))
-    if before_fresh is not None:
-        before_fresh(path)
-    if fresh:
-        empty_owned(path, decl.kind, what=decl.what)
-    recorded = recorded_plan(path, decl.what, decl.fresh_flag)
-    if recorded is not None and on_other_plan is not None:
-        check_inputs(recorded, inputs, path, decl.what, decl.fresh_flag)
-        if plan_difference(recorded, binding, path, decl.what, decl.fresh_flag) and on_other_plan(path, recorded):
-            (path / PLAN).unlink()
-    plan = bind(path, binding, what=decl.what, fresh_hint=decl.fresh_flag, inputs=inputs)
-    if before_sweep is not None:
-        before_sweep(path)
-    return Opened(path, plan, sweep(path))
+    return open_workdirs([(folder, decl)], binding, held, **kw)[0]
+
+
+def open_workdirs(folders: list[tuple[str | Path, Workdir]], binding: dict[str, Any], held: ExitStack, *,
+                  fresh: bool = False, inputs: dict[str, dict] | None = None,
+                  before_fresh: Callable[[Path], None] | None = None,
+                  on_other_plan: Callable[[Path, dict], bool] | None = None,
+                  before_sweep: Callable[[Path], None] | None = None) -> list[Opened]:
+    """:func:`open_workdir` for the folders one product is written into (a run folder and its output and logging
+    folders elsewhere): every one is claimed and locked before any is emptied or bound, so a refusal on the last
+    leaves the first untouched."""
+    paths = []
+    for folder, decl in folders:
+        path = claim(folder, decl.kind, what=decl.what)
+        held.enter_context(locked(path, decl.what))
+        paths.append(path)
+    opened = []
+    for path, (_, decl) in zip(paths, folders):
+        if before_fresh is not None:
+            before_fresh(path)
+        if fresh:
+            empty_owned(path, decl.kind, what=decl.what)
+        recorded = recorded_plan(path, decl.what, decl.fresh_flag)
+        if recorded is not None and on_other_plan is not None:
+            check_inputs(recorded, inputs, path, decl.what, decl.fresh_flag)
+            if plan_difference(recorded, binding, path, decl.what, decl.fresh_flag) and on_other_plan(path, recorded):
+                (path / PLAN).unlink()
+        plan = bind(path, binding, what=decl.what, fresh_hint=decl.fresh_flag, inputs=inputs)
+        if before_sweep is not None:
+            before_sweep(path)
+        opened.append(Opened(path, plan, sweep(path)))
+    return opened
 
 
 @contextmanager

@@ -121,7 +121,8 @@ class MixGroup(click.Group):
 @click.option("--fresh", is_flag=True, help="replace the mix already in the output folder (only a folder cuvee created; only the mixer's own files)")
 @click.option("--overwrite", is_flag=True, hidden=True, help="older name of --fresh")
 @click.option("--keep-cache", is_flag=True, help="keep the per-source token caches (<out>/.cache)")
-@click.option("--json", "as_json", is_flag=True, help="print the manifest as JSON instead of the table")
+@click.option("--json", "as_json", is_flag=True, help="print the manifest (with --verify: what was checked) as JSON "
+                                                     "instead of the table")
 @click.option("--verify", is_flag=True, help="CONFIG is a mix output folder: re-check its shards against manifest.json")
 @click.option("-v", "--verbose", is_flag=True, help="also show the mixer's log lines (and the traceback of an error)")
 @click.pass_context
@@ -143,9 +144,10 @@ def mix(ctx, config=None, out_dir=None, dry_run=False, fresh=False, overwrite=Fa
 
     if verify:
         try:
-            click.echo(json.dumps(verify_mix(config), indent=2))
+            checked = verify_mix(config)
         except (ValueError, FileNotFoundError) as e:
             _fail(e)
+        click.echo(json.dumps(checked, indent=2) if as_json else verified_line(config, checked))
         return
 
     if verbose:  # as the other commands: phases on the console, log lines only when asked for
@@ -161,6 +163,12 @@ def mix(ctx, config=None, out_dir=None, dry_run=False, fresh=False, overwrite=Fa
     click.echo(format_plan(manifest))
     for line in closing_lines(manifest, config, out_dir, dry_run):
         click.echo(line)
+
+
+def verified_line(folder: str, checked: dict) -> str:
+    """``cuvee mix --verify``'s verdict (a mismatch is an error line instead), with what was checked."""
+    return (f"{folder}: OK, matches its manifest.json ({checked['shards']} shard(s), {checked['documents']:,} documents, "
+            f"{checked['tokens']:,} tokens; every .bin/.idx sha256 and count checked)")
 
 
 def closing_lines(manifest: dict, config: str, out_dir: str | None, dry_run: bool) -> list[str]:
@@ -186,31 +194,27 @@ def tokenizer():
 TOKENIZER_FOLDER = "tokenizer folder"
 
 
-def _input_stats(paths) -> dict:
-    """Path -> stamp (size, mtime, head/tail hash: the run plan's) of every file under ``paths``: a changed or
-    other input changes the plan, also one rewritten in place at the same size and mtime."""
+def _input_stamps(paths) -> dict:
+    """Path -> stamp (:mod:`cuvee.kernel.stamps`) of every file under ``paths``: another input set changes the plan,
+    and a file rewritten in place (even at the same size) is named by the kernel's changed-input check."""
+    from cuvee.kernel.stamps import stamps
     from cuvee.pipeline.io import expand_paths
-    from cuvee.pipeline.plan import local_file_stamp
 
     files = []
     for p in paths:
         files.extend(expand_paths([str(p)]) if Path(p).is_dir() else [str(p)])
-    out = {}
-    for f in files:
-        size, stamp = local_file_stamp(f)
-        out[str(Path(f).resolve())] = {"size": size, **stamp}
-    return out
+    return stamps(sorted(str(Path(f).resolve()) for f in files))
 
 
 @contextmanager
-def _tokenizer_folder(out: Path, binding: dict, fresh: bool):
+def _tokenizer_folder(out: Path, binding: dict, inputs: dict, fresh: bool):
     """Claim ``out`` as a cuvee tokenizer folder, lock it and bind it to ``binding`` (``--fresh``: empty it first).
 
     A folder holding files cuvee did not write, or a tokenizer trained with other settings or input, is refused
     before any training: nothing a user put there is ever overwritten."""
     from cuvee.kernel.workdir import Workdir, owned
 
-    with owned(out, Workdir("tokenizer", TOKENIZER_FOLDER), binding, fresh=fresh):
+    with owned(out, Workdir("tokenizer", TOKENIZER_FOLDER), binding, fresh=fresh, inputs=inputs):
         yield out
 
 
@@ -246,9 +250,10 @@ def train_cmd(config, vocab_size, out_dir, max_docs, max_chars, fresh):
     try:
         cfg = load_mix_config(config)
         files = [f for s in cfg.sources for f in resolve_files(s)]
-        binding = {"command": "tokenizer train", "mix": cfg.model_dump(mode="json"), "inputs": _input_stats(files),
+        inputs = _input_stamps(files)
+        binding = {"command": "tokenizer train", "mix": cfg.model_dump(mode="json"), "inputs": sorted(inputs),
                    "vocab_size": vocab_size, "max_docs": max_docs, "max_chars": max_chars}
-        with _tokenizer_folder(Path(out_dir), binding, fresh) as out:
+        with _tokenizer_folder(Path(out_dir), binding, inputs, fresh) as out:
             info = train_bpe_on_mix(cfg, vocab_size=vocab_size, out_path=out / TOKENIZER_JSON, max_docs=max_docs,
                                     max_chars=max_chars)
             _write_json(out / "training.json", info)
@@ -278,12 +283,13 @@ def extend_cmd(base, texts, n_new, out_dir, max_chars, fresh):
 
     _folder_not_file(out_dir, ".tiktoken")
     try:
-        binding = {"command": "tokenizer extend", "base": base, "inputs": _input_stats(texts), "add": n_new,
+        inputs = _input_stamps(texts)
+        binding = {"command": "tokenizer extend", "base": base, "inputs": sorted(inputs), "add": n_new,
                    "max_chars": max_chars}
         training = read_training_texts(texts, max_chars)
         if not training:
             raise ValueError(f"no training text in {', '.join(texts)}")
-        with _tokenizer_folder(Path(out_dir), binding, fresh) as out:
+        with _tokenizer_folder(Path(out_dir), binding, inputs, fresh) as out:
             info = extend_tiktoken(base, training, n_new, out / TOKENIZER_TIKTOKEN)
     except (FolderError, OSError, ValueError) as e:
         _fail(e)

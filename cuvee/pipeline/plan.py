@@ -13,11 +13,10 @@ a changed input file in one line first (:func:`refuse_changed_inputs`).
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
+from cuvee.kernel.stamps import remote_stamp, stamp
 from cuvee.pipeline.recipe import Recipe, RecipeError
 
 # executor settings that change how fast a run goes, never what it writes
@@ -25,44 +24,26 @@ _SPEED_ONLY = ("workers", "time", "partition", "cpus_per_task", "mem_per_cpu_gb"
                "sbatch_args", "env_command", "address", "num_cpus")
 
 
-_EDGE = 64 * 1024  # bytes hashed at each end of a local file
-_REMOTE_STAMP_KEYS = ("ETag", "etag", "LastModified", "last_modified", "mtime", "VersionId", "generation")
-
-
 def _file_entry(path: str, timeout_s: float | None = None) -> tuple[int | None, dict[str, Any] | None]:
-    """(size, stamp) of one input file; either is None when it cannot be read (recorded as unknown, not guessed)."""
+    """(size, stamp) of one input file (:mod:`cuvee.kernel.stamps`); either is None when it cannot be read
+    (recorded as unknown, not guessed)."""
     if "://" not in path:
         try:
-            return local_file_stamp(path)
+            st = stamp(path)
         except OSError:
             return None, None
+        return st.pop("bytes"), st
     try:
         from fsspec.core import url_to_fs
 
         from cuvee.pipeline.remote import timeout_options
 
         fs, p = url_to_fs(path, **timeout_options(path, timeout_s))
-        info = fs.info(p)
+        st = remote_stamp(fs.info(p)) or {}
     except Exception:  # noqa: BLE001 - any remote failure: unknown, the reader reports the file itself
         return None, None
-    size = info.get("size")
-    stamp = {k: str(info[k]) for k in _REMOTE_STAMP_KEYS if info.get(k) is not None}
-    return (int(size) if size is not None else None), (stamp or None)
-
-
-def local_file_stamp(path: str) -> tuple[int, dict[str, Any]]:
-    """Size, modification time and a SHA-256 of the first and last 64 KiB: a rewrite in place at the same size
-    changes the time, and a copy that keeps the time but not the bytes changes the hash in most cases.
-    Public: every command that binds a folder to its input files stamps them this way."""
-    import hashlib
-
-    with open(path, "rb") as f:
-        st = os.fstat(f.fileno())
-        h = hashlib.sha256(f.read(_EDGE))
-        if st.st_size > _EDGE:
-            f.seek(max(_EDGE, st.st_size - _EDGE))
-            h.update(f.read(_EDGE))
-    return st.st_size, {"mtime_ns": st.st_mtime_ns, "head_tail_sha256": h.hexdigest()}
+    size = st.pop("bytes", None)
+    return size, (st or None)
 
 
 def input_files(recipe: Recipe) -> list[dict[str, Any]]:
@@ -91,46 +72,16 @@ def input_files(recipe: Recipe) -> list[dict[str, Any]]:
     return out
 
 
-def refuse_changed_inputs(folder: Path, plan: dict[str, Any]) -> None:
-    """One line naming the first input file that changed since ``folder``'s recorded plan (same path, other size
-    or stamp), before ``bind`` lists every difference; nothing when no plan is recorded or the files are the same.
-
-    Resuming would mix results of the old bytes (finished tasks) with the new (the rest)."""
-    from cuvee.folders import PLAN, FolderError
-
-    try:
-        recorded = json.loads((Path(folder) / PLAN).read_text())["binding"]["inputs"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return  # no plan yet, or one bind will report
-    before = {}
-    for inp in recorded if isinstance(recorded, list) else ():
-        files, stamps = inp.get("files") or [], inp.get("stamps") or []
-        for i, entry in enumerate(files):
-            if isinstance(entry, list) and len(entry) == 2:
-                before[entry[0]] = (entry[1], stamps[i] if i < len(stamps) else None)
+def split_stamps(plan: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict]]:
+    """The plan without its input stamps (what the folder is bound to) and ``{file: stamp}`` (what the kernel's
+    changed-input check compares), so a file rewritten in place is named in one line before any work."""
+    binding = {**plan, "inputs": [{k: v for k, v in inp.items() if k != "stamps"} for inp in plan["inputs"]]}
+    stamped = {}
     for inp in plan["inputs"]:
-        for (f, size), stamp in zip(inp["files"], inp.get("stamps") or [None] * len(inp["files"])):
-            if f not in before:
-                continue
-            old_size, old_stamp = before[f]
-            what = _change(old_size, old_stamp, size, stamp)
-            if what:
-                raise FolderError(f"run folder {folder}: its inputs changed since it started: {f} ({what}); resuming "
-                                  f"would mix results of old and new content, so restore the file or rerun with --fresh")
-
-
-def _change(old_size, old_stamp, size, stamp) -> str | None:
-    if old_size != size:
-        return f"size {old_size} -> {size} bytes"
-    if old_stamp is None or stamp is None or old_stamp == stamp:
-        return None
-    if old_stamp.get("head_tail_sha256") != stamp.get("head_tail_sha256"):
-        return "same size, other content"
-    if old_stamp.get("mtime_ns") != stamp.get("mtime_ns"):
-        return "same size, rewritten (modification time differs)"
-    return "same size, another version on the store (" + ", ".join(
-        f"{k} {old_stamp.get(k)} -> {stamp.get(k)}" for k in sorted(set(old_stamp) | set(stamp))
-        if old_stamp.get(k) != stamp.get(k)) + ")"
+        for (f, size), st in zip(inp["files"], inp.get("stamps") or [None] * len(inp["files"])):
+            if st is not None or size is not None:
+                stamped[f] = {**(st or {}), **({"bytes": size} if size is not None else {})}
+    return binding, stamped
 
 
 def snapshot_sample(recipe: Recipe):

@@ -5,18 +5,21 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import yaml
 from datatrove.utils.logging import logger
 
-from cuvee.folders import MARKER, FolderError, FolderLock, bind, bind_check, claim, clean_stale_tmp, empty_owned, owner
+from cuvee.kernel import slurm
+from cuvee.kernel.workdir import MARKER, FolderError, Workdir, bind_check, open_workdirs, owner
 from cuvee.pipeline.compiler import check_inputs, compile_recipe
 from cuvee.pipeline.console import PhaseProgress, quiet_datatrove
 from cuvee.pipeline.executors import build_chain, job_completed_ranks
-from cuvee.pipeline.plan import build_plan, refuse_changed_inputs, run_folders
-from cuvee.pipeline.recipe import LocalExecutorConfig, Recipe, SlurmExecutorConfig, load_recipe, parse_recipe
+from cuvee.pipeline.first_use import prepare_machine
+from cuvee.pipeline.plan import build_plan, run_folders, split_stamps
+from cuvee.pipeline.recipe import Recipe, SlurmExecutorConfig, load_recipe, parse_recipe
 from cuvee.pipeline.stats import AccountingError, check_accounting, collect_stats, summary_table
 
 
@@ -52,26 +55,14 @@ def run_recipe(recipe_or_path, overrides: dict[str, Any] | None = None, progress
     # a stage refusing its settings (e.g. one_pass with several tasks) stops here, before any folder is made;
     # the jobs that run are compiled again once the run folder is claimed (and emptied, with fresh)
     compile_recipe(recipe, recipe.resolved_run_dir())
-    plan = build_plan(recipe)
-    folders = run_folders(recipe)
-    locks: list[FolderLock] = []
-    try:
-        for folder, what in folders:
-            claim(folder, "run", what=what)
-            locks.append(FolderLock(folder, what).acquire())
-        for folder, what in folders:
-            if fresh:
-                empty_owned(folder, "run", what=what)
-            else:
-                check_slurm_jobs_finished(folder)
-            refuse_changed_inputs(folder, plan)
-            bind(folder, plan, what=what, fresh_hint="--fresh")
-            if n := clean_stale_tmp(folder):
-                logger.info(f"removed {n} stale temporary file(s) left by killed tasks in {folder}")
+    plan, stamped = split_stamps(build_plan(recipe))
+    folders = [(folder, Workdir("run", what)) for folder, what in run_folders(recipe)]
+    with ExitStack() as held:
+        for opened in open_workdirs(folders, plan, held, fresh=fresh, inputs=stamped,
+                                    before_fresh=check_slurm_jobs_finished):
+            if opened.swept:
+                logger.info(f"removed {opened.swept} stale temporary file(s) left by killed tasks in {opened.folder}")
         return _run_locked(recipe, plan, progress, wait, verbose)
-    finally:
-        for lock in reversed(locks):
-            lock.release()
 
 
 def _run_locked(recipe: Recipe, plan: dict, progress: bool, wait: bool, verbose: bool = False) -> dict:
@@ -83,14 +74,18 @@ def _run_locked(recipe: Recipe, plan: dict, progress: bool, wait: bool, verbose:
     executors = build_chain(jobs, recipe.executor, recipe.name)
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
-    local = isinstance(recipe.executor, LocalExecutorConfig)
-    with quiet_datatrove(verbose, str(recipe.resolved_logging_dir())), PhaseProgress(jobs, progress and local):
-        executors[-1].run()
-    if isinstance(recipe.executor, SlurmExecutorConfig):
-        record_slurm_jobs(run_dir, executors)
-        if not wait:
-            return {"submitted": [j.name for j in jobs], "run_dir": str(run_dir)}
-        wait_for_jobs(jobs)
+    slurm = isinstance(recipe.executor, SlurmExecutorConfig)
+    with quiet_datatrove(verbose, str(recipe.resolved_logging_dir())):
+        prepare_machine()  # what each task would do on a new machine (compile kernels, build a cache), once, here
+        # every executor's console reads alike: the phases' lines follow the completion markers its tasks write
+        with PhaseProgress(jobs, progress and (wait or not slurm)):
+            executors[-1].run()
+            if slurm:
+                record_slurm_jobs(run_dir, executors)
+                if wait:
+                    wait_for_jobs(jobs)
+    if slurm and not wait:
+        return {"submitted": [j.name for j in jobs], "run_dir": str(run_dir)}
     stats = collect_stats(jobs, recipe, run_dir, started=started, wall_time_s=round(time.perf_counter() - t0, 3),
                           plan=plan)
     (run_dir / "stats.json").write_text(json.dumps(stats, indent=2))
@@ -122,30 +117,16 @@ def record_slurm_jobs(run_dir: Path, executors) -> None:
     """Remember submitted SLURM job ids: a rerun must not resubmit tasks that are still queued or running."""
     ids = [str(e.job_id) for e in executors if str(getattr(e, "job_id", None) or "").isdigit()]  # -1: all done
     if ids:
-        (Path(run_dir) / _SLURM_JOBS).write_text(json.dumps({"job_ids": ids}))
+        slurm.record(Path(run_dir) / _SLURM_JOBS, ids)
 
 
 def check_slurm_jobs_finished(run_dir: Path) -> None:
-    """Refuse to resume while jobs submitted by an earlier ``cuvee run --no-wait`` are still in the queue."""
-    path = Path(run_dir) / _SLURM_JOBS
-    if not path.exists():
-        return
-    try:
-        ids = [str(i) for i in json.loads(path.read_text())["job_ids"]]
-    except (OSError, ValueError, KeyError, TypeError):
-        return
-    import shutil as _sh
-    import subprocess
-
-    if not ids or not _sh.which("squeue"):
-        return
-    try:
-        out = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(ids)], capture_output=True, text=True,
-                             timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return
-    alive = sorted({line.split("_")[0].strip() for line in out.splitlines() if line.strip()})
-    if alive:
+    """Refuse to resume or start over while jobs submitted by an earlier ``cuvee run --no-wait`` still run."""
+    ids = slurm.recorded(Path(run_dir) / _SLURM_JOBS)
+    alive = slurm.alive(ids)
+    if alive is None:
+        logger.warning(f"run folder {run_dir} records SLURM job(s) {', '.join(ids)} but squeue is not here")
+    elif alive:
         raise FolderError(f"run folder {run_dir}: SLURM job(s) {', '.join(alive)} submitted by an earlier run are "
                           f"still queued or running; wait for them (`cuvee stats RUN_DIR` merges their stats) "
                           f"or cancel them with scancel before rerunning")
@@ -170,8 +151,8 @@ def restat(recipe_or_path, overrides: dict[str, Any] | None = None) -> dict:
     run_dir = recipe.resolved_run_dir()
     if owner(run_dir) is None:
         raise FolderError(f"{run_dir} is not a cuvee run folder (no {MARKER})")
-    plan = build_plan(recipe)
-    recorded = bind_check(run_dir, plan, what="run folder")
+    plan, stamped = split_stamps(build_plan(recipe))
+    recorded = bind_check(run_dir, plan, what="run folder", inputs=stamped)
     jobs = compile_recipe(recipe, run_dir)
     stats = collect_stats(jobs, recipe, run_dir, plan=recorded["binding"])
     (Path(run_dir) / "stats.json").write_text(json.dumps(stats, indent=2))
