@@ -13,6 +13,7 @@ value cuvee reads goes through here (``grep -rn "yaml\.\(safe_\)\?load" cuvee`` 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import yaml
@@ -62,13 +63,17 @@ class _CountingLoader(yaml.SafeLoader):
             self.depth -= 1
 
 
-class _InertTagsLoader(_CountingLoader):
-    """The same limits, and any application tag (lm-eval's ``!function utils.f``) kept as its text
-    (``"!function utils.f"``): nothing is imported, run or built beyond plain data."""
+def _tagged_loader(tags) -> type[_CountingLoader]:
+    """The same limits, and each named application tag on a scalar built by its function from the scalar's text
+    (lm-eval's ``!function utils.f`` into an inert reference): nothing is imported or run here, and any other
+    tag, or a named tag on a list or mapping, is refused as invalid YAML."""
 
+    class _Tagged(_CountingLoader):
+        pass
 
-_InertTagsLoader.add_multi_constructor("!", lambda loader, suffix, node: f"!{suffix} {loader.construct_scalar(node)}"
-                                       if isinstance(node, yaml.ScalarNode) else f"!{suffix}")
+    for tag, build in tags.items():
+        _Tagged.add_constructor(tag, lambda loader, node, build=build: build(loader.construct_scalar(node)))
+    return _Tagged
 
 
 class _TooManyAliases(Exception):
@@ -135,20 +140,20 @@ def _short(text: str, n: int = _MAX_SNIPPET) -> str:
 
 def load_yaml(text: str, where: str = "<yaml>", *, max_aliases: int = MAX_ALIASES,
               max_nodes: int = MAX_EXPANDED_NODES, max_bytes: int = MAX_EXPANDED_BYTES,
-              max_depth: int = MAX_DEPTH, inert_tags: bool = False) -> Any:
+              max_depth: int = MAX_DEPTH, tags: Mapping[str, Callable[[str], Any]] | None = None) -> Any:
     """Parse one YAML document like ``yaml.safe_load``, refusing alias bombs, recursive aliases and deep nesting.
 
     Raises :class:`YamlSyntaxError` for invalid YAML and :class:`YamlTooLargeError` for a document using more
     than ``max_aliases`` aliases, nested more than ``max_depth`` levels, or expanding to more than
     ``max_nodes`` nodes or more scalar bytes than ``max_bytes`` (or than the text itself, if larger);
     every message starts with ``where``, fits on one line and is at most a few hundred characters.
-    ``inert_tags``: a tagged scalar (``!function utils.f``) becomes the string ``"!function utils.f"`` instead of
-    an error, for reading files written for other tools (lm-eval task YAMLs) as data.
+    ``tags``: ``{tag: build}`` for files written for other tools (lm-eval task YAMLs): a scalar with one of these
+    tags (``!function utils.f``) becomes ``build(text)``; any other tag is an error, as without ``tags``.
     """
     where = _short(where, 200)
     if not isinstance(text, str):
         raise YamlSyntaxError(f"{where}: not valid YAML: expected text, got {type(text).__name__}")
-    loader = (_InertTagsLoader if inert_tags else _CountingLoader)(text, max_aliases, max_depth)
+    loader = (_tagged_loader(tags) if tags else _CountingLoader)(text, max_aliases, max_depth)
     byte_limit = max(max_bytes, len(text.encode("utf-8", "replace")))
     try:
         try:

@@ -195,7 +195,7 @@ def test_missing_local_copies_and_fields_fail_before_work(tmp_path, monkeypatch)
 
 def test_lm_eval_task_from_a_local_copy(tmp_path, monkeypatch):
     """A FineWeb early-signal template reads the user's local ARC copy; its prompt's fields make the item text."""
-    from cuvee.dedup import eval_sets
+    from cuvee.evaltasks import items as eval_items
 
     arc = tmp_path / "evals" / "arc_easy"
     arc.mkdir(parents=True)
@@ -203,30 +203,30 @@ def test_lm_eval_task_from_a_local_copy(tmp_path, monkeypatch):
            "human lifetime?", "choices": {"text": ["coal", "wood"], "label": ["A", "B"]}, "answerKey": "B"}
     (arc / "test.jsonl").write_text(json.dumps(row) + "\nnot json\n")
     monkeypatch.setenv("CUVEE_EVAL_DATA", str(tmp_path / "evals"))
-    src = eval_sets.resolve(None, None, "arc_easy_local", None, None)
+    src = eval_items.resolve(None, None, "arc_easy_local", None, None)
     assert src.name == "arc_easy_local" and src.fields == ("question", "choices.text")
-    assert list(eval_sets.items(src)) == [("Mercury_1", row["question"] + " coal wood"), ("1", None)]
-    gold_src = eval_sets.resolve("arc", None, "arc_easy_local", ["question", "choices.text[answerKey]"], None)
-    assert next(eval_sets.items(gold_src))[1].endswith("lifetime? wood")
+    assert list(eval_items.items(src)) == [("Mercury_1", row["question"] + " coal wood"), ("1", None)]
+    gold_src = eval_items.resolve("arc", None, "arc_easy_local", ["question", "choices.text[answerKey]"], None)
+    assert next(eval_items.items(gold_src))[1].endswith("lifetime? wood")
     # hellaswag's prompt is made by code (process_docs): every string of the raw record is checked instead
     hs = tmp_path / "evals" / "hellaswag"
     hs.mkdir()
     (hs / "validation.jsonl").write_text(json.dumps({"ctx_a": "A man sits.", "endings": ["He stands."]}) + "\n")
-    src = eval_sets.resolve(None, None, "hellaswag_local", None, None)
-    assert src.fields is None and next(eval_sets.items(src))[1] == "A man sits. He stands."
+    src = eval_items.resolve(None, None, "hellaswag_local", None, None)
+    assert src.fields is None and next(eval_items.items(src))[1] == "A man sits. He stands."
 
 
 def test_parquet_and_text_eval_files(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from cuvee.dedup import eval_sets
+    from cuvee.evaltasks import items as eval_items
 
     pq.write_table(pa.table({"q": ["one two"], "a": ["three"]}), tmp_path / "e.parquet")
-    src = eval_sets.resolve(None, str(tmp_path / "e.parquet"), None, ["q", "a"], None)
-    assert src.name == "e" and list(eval_sets.items(src)) == [("0", "one two three")]
+    src = eval_items.resolve(None, str(tmp_path / "e.parquet"), None, ["q", "a"], None)
+    assert src.name == "e" and list(eval_items.items(src)) == [("0", "one two three")]
     (tmp_path / "t.txt").write_text("first item\nsecond item\n")
-    assert list(eval_sets.items(eval_sets.resolve("t", str(tmp_path / "t.txt"), None, None, None))) == [
+    assert list(eval_items.items(eval_items.resolve("t", str(tmp_path / "t.txt"), None, None, None))) == [
         ("0", "first item"), ("1", "second item")]
 
 
@@ -237,7 +237,7 @@ def test_cli_validate_names_the_problem_in_one_line(tmp_path):
     p = subprocess.run([sys.executable, "-m", "cuvee.cli", "validate", str(r)], cwd=REPO, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode != 0 and "Traceback" not in p.stderr
-    assert "task 'no_such_task' has no local task file" in p.stderr
+    assert "unknown task 'no_such_task'" in p.stderr
 
 
 def test_fineweb_recipe_example_is_a_valid_stage(tmp_path, monkeypatch):

@@ -66,8 +66,8 @@ def _cli(args: list[str], capsys) -> tuple[int, str, str]:
 
 
 def test_items_are_context_and_gold_continuation_and_bad_items_are_counted(tmp_path):
+    from cuvee.evaltasks.render import render_items as render
     from cuvee.mixsearch.config import Target
-    from cuvee.mixsearch.lm_targets import render
 
     rows = [{"question": q, "choices": CHOICES, "label": i % 3} for i, q in enumerate(QUESTIONS[:4])]
     rows.append({"question": "Broken gold?", "choices": CHOICES, "label": 7})  # no choice 7: counted, not fatal
@@ -82,7 +82,7 @@ def test_items_are_context_and_gold_continuation_and_bad_items_are_counted(tmp_p
 
 @pytest.mark.parametrize("target, expect", [
     ({"lm_evl": "QA"}, "unknown key 'lm_evl' (did you mean 'lm_eval'?)"),
-    ({"lm_eval": "arc_easy_locl"}, "not a shipped task; did you mean 'arc_easy_local'"),
+    ({"lm_eval": "arc_easy_locl"}, "unknown task 'arc_easy_locl'; did you mean 'arc_easy_local'"),
     ({"lm_eval": "QA", "split": "validation"}, "split 'validation' not among its data_files"),
     ({"lm_eval": "QA", "paths": "x.jsonl"}, "paths do not apply"),
     ({"lm_eval": "QA", "max_docs": 5}, "max_docs do not apply (the pool size is limit)"),
@@ -105,8 +105,8 @@ def test_bad_lm_eval_targets_are_one_line_before_any_work(tmp_path, capsys, targ
 
 
 def test_task_code_runs_only_when_the_target_allows_it(tmp_path):
+    from cuvee.evaltasks.render import render_items as render
     from cuvee.mixsearch.config import SearchConfigError, Target, load_search_config
-    from cuvee.mixsearch.lm_targets import render
 
     path = tmp_path / "code.yaml"
     path.write_text(_task(tmp_path).read_text() + "process_docs: !function utils.shout\n")

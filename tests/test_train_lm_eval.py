@@ -11,17 +11,11 @@ from click.testing import CliRunner
 pytest.importorskip("lm_eval")
 pytest.importorskip("accelerate")
 
+from cuvee.evaltasks import EvalTaskError, task_index
 from cuvee.train.config import TrainConfig
 from cuvee.train.demo_data import build_variant_mix, load_wcxb, split_heldout
 from cuvee.train.hf_export import export_checkpoint
-from cuvee.train.lm_eval_backend import (
-    CLOZE_DATA,
-    CLOZE_TASK,
-    EvalTaskError,
-    build_cloze_items,
-    evaluate_hf,
-    shipped_tasks,
-)
+from cuvee.train.lm_eval_backend import CLOZE_DATA, CLOZE_TASK, build_cloze_items, evaluate_hf
 from cuvee.train.trainer import train
 
 TEMPLATES = ["hellaswag_local", "arc_easy_local", "arc_challenge_local", "piqa_local", "siqa_local",
@@ -85,7 +79,7 @@ def test_shipped_cloze_data_is_reproducible_and_well_formed():
     for it in shipped:
         assert len(it["choices"]) == 4 and len(set(it["choices"])) == 4 and 0 <= it["label"] < 4
         assert it["url"] in heldout_urls and it["context"]
-    assert set(shipped_tasks()) >= {CLOZE_TASK, *TEMPLATES}
+    assert set(task_index()) >= {CLOZE_TASK, *TEMPLATES}
 
 
 def test_missing_local_data_file_is_one_clear_line(hf_dir, tmp_path, monkeypatch):

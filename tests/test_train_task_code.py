@@ -8,16 +8,12 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
+from cuvee.evaltasks import EvalTaskError, checked_task
 from cuvee.train.cli import eval_downstream
 from cuvee.train.config import ModelConfig
 from cuvee.train.demo_data import BYTE_TOKENIZER
 from cuvee.train.hf_export import export_hf
-from cuvee.train.lm_eval_backend import (
-    CLOZE_DATA,
-    EvalTaskError,
-    check_task_code,
-    shipped_tasks,
-)
+from cuvee.train.lm_eval_backend import CLOZE_DATA
 from cuvee.train.model import Llama
 
 pytest.importorskip("lm_eval")
@@ -85,12 +81,23 @@ def test_function_reached_through_include_is_found(tmp_path):
     base.write_text("doc_to_text: !function helpers.text\n")
     task = _task(tmp_path / "t", head=f"include: {base}\n")
     with pytest.raises(EvalTaskError, match="helpers.text"):
-        check_task_code(task, allow_code=False)
+        checked_task(str(task), allow_code=False)
 
 
 def test_shipped_tasks_are_trusted_and_a_task_without_code_needs_no_flag(tmp_path):
-    check_task_code(shipped_tasks()["hellaswag_local"], allow_code=False)  # cuvee's own !function helpers
-    check_task_code(_task(tmp_path / "plain"), allow_code=False)
+    """cuvee's shipped !function helpers are its own code, also when a user's task includes a shipped file (which
+    adds none of its own); a task without !function needs no flag."""
+    import yaml
+
+    from cuvee.evaltasks import TASKS_DIR, FunctionRef
+
+    plain = _task(tmp_path / "plain")
+    assert checked_task(str(plain), allow_code=False).code == []
+    user = tmp_path / "mine_wino.yaml"
+    user.write_text(yaml.safe_dump({"include": str(TASKS_DIR / "fineweb_early_signal" / "winogrande_local.yaml"),
+                                    "dataset_kwargs": {"data_files": str(plain.parent / "items.jsonl")}}))
+    task = checked_task(str(user), allow_code=False)
+    assert task.code == [] and isinstance(task.config["doc_to_text"], FunctionRef) and "include" not in task.config
 
 
 def test_alias_bomb_task_file_is_one_line(model_dir, tmp_path):
@@ -99,3 +106,25 @@ def test_alias_bomb_task_file_is_one_line(model_dir, tmp_path):
     task = _task(tmp_path / "bomb", head=bomb)
     line = _one_line(CliRunner().invoke(eval_downstream, [str(model_dir), "--task", str(task)]))
     assert "alias bomb" in line
+
+
+def test_function_reached_through_a_merge_key_include_is_refused_and_never_runs(model_dir, tmp_path):
+    """issue #37: `include:` arriving through a YAML merge key was invisible to the check, and lm-eval imported the
+    included file's !function module; eval-downstream now refuses it in one line naming both files."""
+    marker = tmp_path / "task_code_ran"
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "inc.yaml").write_text("process_docs: !function helpers.process_docs\n")
+    (tmp_path / "t" / "helpers.py").write_text(MARKER_CODE.format(marker=str(marker))
+                                              + "def process_docs(ds):\n    return ds\n")
+    task = _task(tmp_path / "t", head="metadata: &b {include: inc.yaml}\n<<: *b\n")
+    line = _one_line(CliRunner().invoke(eval_downstream, [str(model_dir), "--task", str(task), "--limit", "2"]))
+    assert str(tmp_path / "t" / "inc.yaml") in line and str(tmp_path / "t" / "helpers.py") in line
+    assert "--allow-task-code" in line and not marker.exists()
+
+
+def test_a_shell_expression_in_cuvee_eval_data_is_one_line(model_dir, tmp_path, monkeypatch):
+    """issue #37: '$(' left after expanding CUVEE_EVAL_DATA gave 'unexpected AttributeError'."""
+    monkeypatch.setenv("CUVEE_EVAL_DATA", f"$(touch {tmp_path}/pwned)")
+    line = _one_line(CliRunner().invoke(eval_downstream, [str(model_dir), "--task", "piqa_local", "--limit", "2"]))
+    assert "piqa_local" in line and "still holds a '$'" in line and "unexpected" not in line
+    assert not (tmp_path / "pwned").exists()

@@ -93,19 +93,23 @@ def test_train_set_override_alias_bomb_is_refused():
     assert "nested" in str(ei.value) and len(str(ei.value)) < 400
 
 
-def test_inert_tags_read_tool_files_as_data_under_the_same_limits():
-    """lm-eval task YAMLs carry `!function`: read as text (decontamination needs their fields), never run, and
-    an alias bomb in such a file is refused like any other."""
+def test_named_tags_read_tool_files_as_data_under_the_same_limits():
+    """lm-eval task YAMLs carry `!function`: built by the caller's function from its text, never run; any other
+    tag is still refused, and an alias bomb in such a file is refused like any other."""
     import pytest
 
     from cuvee.yaml_safe import YamlSyntaxError, YamlTooLargeError, load_yaml
 
     text = "process_docs: !function utils.process\ndoc_to_text: '{{question}}'\n"
-    assert load_yaml(text, "task.yaml", inert_tags=True) == {"process_docs": "!function utils.process",
-                                                             "doc_to_text": "{{question}}"}
+    inert = {"!function": lambda s: f"!function {s}"}
+    assert load_yaml(text, "task.yaml", tags=inert) == {"process_docs": "!function utils.process",
+                                                        "doc_to_text": "{{question}}"}
     with pytest.raises(YamlSyntaxError):
         load_yaml(text, "task.yaml")
+    for other in ("x: !python/name:os.system ''\n", "x: !custom y\n", "x: !function [a.b]\n"):
+        with pytest.raises(YamlSyntaxError):
+            load_yaml(other, "task.yaml", tags=inert)
     bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
     with pytest.raises(YamlTooLargeError):
-        load_yaml(bomb + "f: !function x.y\n", "task.yaml", inert_tags=True)
+        load_yaml(bomb + "f: !function x.y\n", "task.yaml", tags=inert)

@@ -14,7 +14,6 @@ pairs; the items found are written per task (``found/<rank>.json``) and summed i
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Literal
@@ -24,7 +23,6 @@ from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from cuvee.dedup import eval_sets
 from cuvee.dedup.files import AtomicWriter, load_array, rank_file, save_array
 from cuvee.dedup.ngram_match import (
     DEFAULT_N,
@@ -35,6 +33,9 @@ from cuvee.dedup.ngram_match import (
     word_spans,
 )
 from cuvee.dedup.steps import lean_filter_run
+from cuvee.evaltasks import EvalTaskError
+from cuvee.evaltasks import items as eval_items
+from cuvee.kernel.stamps import first_change, restamp, stamps
 from cuvee.pipeline.recipe import RecipeError
 from cuvee.pipeline.registry import (
     Barrier,
@@ -101,18 +102,13 @@ class DecontaminateParams(StageParams):
         return {self.metadata_key: "string"}
 
 
-def _stamp(path: str) -> list:
-    st = os.stat(path)
-    return [path, st.st_size, st.st_mtime_ns]
-
-
 class BuildEvalIndex(PipelineStep):
     """Phase (one task): read every eval set, build the n-gram index, write it under ``folder``."""
 
     type = "🦠 - DECONT"
     name = "🦠 eval n-gram index"
 
-    def __init__(self, folder: str | Path, sources: list[eval_sets.Source], n_grams: int):
+    def __init__(self, folder: str | Path, sources: list[eval_items.Source], n_grams: int):
         super().__init__()
         self.folder, self.sources, self.n = Path(folder), sources, n_grams
 
@@ -124,7 +120,7 @@ class BuildEvalIndex(PipelineStep):
             for b, src in enumerate(self.sources):
                 key = counter_name(src.name)
                 unreadable = 0
-                for item_id, text in eval_sets.items(src):
+                for item_id, text in eval_items.items(src):
                     if text is None:
                         unreadable += 1
                         continue
@@ -134,7 +130,7 @@ class BuildEvalIndex(PipelineStep):
                 n_items = bench.count(b)
                 too_short = sum(1 for s, bb in zip(seqs, bench) if bb == b and len(s) < self.n)
                 benchmarks.append({"name": src.name, "key": key, "items": n_items, "too_short": too_short,
-                                   "unreadable": unreadable, "files": [_stamp(f) for f in src.files]})
+                                   "unreadable": unreadable, "stamps": stamps(src.inputs)})
                 self.stat_update(f"items_{key}", value=n_items)
                 self.stat_update(f"too_short_{key}", value=too_short)
                 if unreadable:
@@ -164,11 +160,10 @@ class Decontaminate(BaseFilter):
     def run(self, data, rank: int = 0, world_size: int = 1):
         folder = self.folder / "index"
         header = read_header(folder)
-        for b in header["benchmarks"]:
-            for path, size, mtime in b["files"]:
-                if not os.path.exists(path) or _stamp(path)[1:] != [size, mtime]:
-                    raise RuntimeError(f"decontaminate: eval set file {path} changed since this run's index was "
-                                       f"built; rerun with --fresh")
+        for b in header["benchmarks"]:  # every file of the eval set: items, task YAMLs, their code
+            if changed := first_change(b.get("stamps") or {}, restamp(b.get("stamps") or {})):
+                raise EvalTaskError(f"decontaminate: eval set {b['name']}: {changed[0]} changed since this run's "
+                                    f"index was built ({changed[1]}); rerun with --fresh")
         index = NgramIndex.load(folder, self.min_ngrams)
         bench = load_array(folder / "item_bench.u16", np.uint16, mmap=True)
         names = [b["key"] for b in header["benchmarks"]]
@@ -244,8 +239,8 @@ def remove_lines(text: str, spans: list) -> tuple[str, int]:
     return "\n".join(x for x, d in zip(lines, drop) if not d), removed
 
 
-def resolve_sources(p: DecontaminateParams) -> list[eval_sets.Source]:
-    return [eval_sets.resolve(e.name, e.path, e.task, e.fields, e.id_field, e.split, tuple(p.include_path))
+def resolve_sources(p: DecontaminateParams) -> list[eval_items.Source]:
+    return [eval_items.resolve(e.name, e.path, e.task, e.fields, e.id_field, e.split, tuple(p.include_path))
             for e in p.eval_sets]
 
 
@@ -276,7 +271,7 @@ def build_decontaminate(p: DecontaminateParams, ctx: BuildContext):
     """Benchmark decontamination: eval items found by shared word 13-grams; drop, remove paragraphs or annotate."""
     try:
         sources = resolve_sources(p)
-    except eval_sets.EvalSetError as e:
+    except EvalTaskError as e:
         raise RecipeError(f"stage {ctx.stage_name!r}: {e}") from None
     folder = ctx.stage_dir()
     return Barrier(

@@ -72,7 +72,7 @@ class SearchSource(TextSet):
 class Target(TextSet):
     """Held-out text the proxies are scored on: pipeline outputs (``paths``), or the items of an
     lm-evaluation-harness task (``lm_eval``: a shipped task name or a task YAML with local data; each item's
-    context and gold continuation is one document, cuvee/mixsearch/lm_targets.py)."""
+    context and gold continuation is one document, cuvee/evaltasks/render.py)."""
 
     paths: list[str] = Field(default_factory=list)
     weight: float = Field(1.0, gt=0, le=1e6)
@@ -110,12 +110,13 @@ class Target(TextSet):
         if given:
             raise ValueError(f"target '{self.name}': lm_eval targets take their documents from the task; "
                              f"{', '.join(given)} do not apply (the pool size is limit)")
-        from cuvee.mixsearch.lm_targets import LmTargetError, resolve
+        from cuvee.evaltasks import EvalTaskError
+        from cuvee.evaltasks.render import resolve_target
 
         try:
-            self._task = resolve(self.lm_eval, self.split, self.allow_task_code)
-        except LmTargetError as e:
-            raise ValueError(f"target '{self.name}': {e}") from None
+            self._task = resolve_target(self.lm_eval, self.split, self.allow_task_code)
+        except EvalTaskError as e:
+            raise ValueError(f"target '{self.name}': lm_eval {self.lm_eval!r}: {e}") from None
         return self
 
     @property
@@ -129,12 +130,11 @@ class Target(TextSet):
         return self.limit or self.max_docs
 
     def as_mix_source(self, max_epochs: float = 1.0) -> SourceConfig:
-        """For an lm_eval target, the task YAML and its data files (what the search folder is bound to); the
-        documents themselves are rendered from the task when the target is tokenized (caches.py)."""
+        """For an lm_eval target, every file the task reads (its YAMLs, code and data: what the search folder is
+        bound to); the documents themselves are rendered from the task when the target is tokenized (caches.py)."""
         if self.lm_eval is None:
             return super().as_mix_source(max_epochs)
-        return SourceConfig(name=self.name, paths=[self._task["yaml"], *self._task["files"]], weight=1.0,
-                            max_epochs=max_epochs)
+        return SourceConfig(name=self.name, paths=self._task["files"], weight=1.0, max_epochs=max_epochs)
 
 
 class ProxyConfig(_Strict):

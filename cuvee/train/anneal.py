@@ -287,10 +287,10 @@ def run_anneal(ac: AnnealConfig, quiet: bool = False, fresh: bool = False) -> di
         for paths in (ac.candidate, ac.control):
             arm_sources(open_shards(paths))
     if ac.downstream:  # a task that would run code is refused now, not after hours of training
-        from cuvee.train.lm_eval_backend import _task_path, check_task_code
+        from cuvee.evaltasks import checked_task
 
         for task in ac.downstream:
-            check_task_code(_task_path(task), ac.allow_task_code, warn=lambda _line: None)
+            checked_task(task, ac.allow_task_code, warn=lambda _line: None)
     with ExitStack() as held:
         _open_out_dir(ac.resolved_out_dir(), ac, fresh, held)
         look = begin_look(ac, ac.resolved_out_dir())  # a look the plan does not allow is refused before training

@@ -5,12 +5,8 @@ by :mod:`cuvee.train.hf_export` (``LlamaForCausalLM`` + tokenizer) and returns
 ``{task: {"acc": .., "acc_stderr": .., "acc_norm": .., "acc_norm_stderr": .., "samples": n, ...}}``.
 
 Nothing is downloaded: ``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE`` are set for the run, the model and the
-tokenizer come from ``model_dir``, and every task comes from a local task YAML whose data is a local
-``json``/``jsonl`` file (``dataset_path: json`` + ``dataset_kwargs: {data_files: ...}``). lm-eval hands
-``data_files`` to ``datasets.load_dataset`` unchanged, i.e. relative to the *current directory*; here it is
-resolved at run time against the task YAML's own folder (after expanding ``~`` and ``$VARS``), checked to
-exist, and the resolved config is handed to lm-eval (``TaskManager(include_defaults=False)``), so a task
-folder can be moved or installed as package data. A missing data file is a one-line :class:`EvalTaskError`.
+tokenizer come from ``model_dir``, and every task is resolved, checked and handed to lm-eval as a dict by
+:mod:`cuvee.evaltasks` (local data files only, task code refused unless allowed), as every other command does.
 
 Shipped tasks (``cuvee/assets/eval_tasks/``, pass their names):
 
@@ -25,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import re
 import time
@@ -33,132 +28,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-TASKS_DIR = Path(__file__).resolve().parents[1] / "assets" / "eval_tasks"
+from cuvee.evaltasks import TASKS_DIR, EvalTaskError
+
 CLOZE_TASK = "cuvee_wcxb_cloze"
 CLOZE_DATA = TASKS_DIR / "cuvee_wcxb_cloze.jsonl"
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-               "HF_HUB_DISABLE_TELEMETRY": "1"}
-
-
-class EvalTaskError(ValueError):
-    """A task the user named cannot be run (unknown name, missing local data file, bad YAML)."""
-
-
-# --------------------------------------------------------------------------------------------- tasks
-
-def shipped_tasks() -> dict[str, Path]:
-    """Task name -> YAML path for every task file under cuvee/assets/eval_tasks (templates included)."""
-    out = {}
-    for path in sorted(TASKS_DIR.rglob("*.yaml")):
-        out[path.stem] = path
-    return out
-
-
-def _task_path(spec: str) -> Path:
-    p = Path(spec).expanduser()
-    if p.suffix in (".yaml", ".yml"):
-        if not p.is_file():
-            raise EvalTaskError(f"task file {spec} not found")
-        return p.resolve()
-    known = shipped_tasks()
-    if spec not in known:
-        raise EvalTaskError(f"unknown task {spec!r}: not a task YAML path nor a shipped task "
-                            f"({', '.join(sorted(known))})")
-    return known[spec]
-
-
-def _resolve_file(value: str, base: Path, task: str, yaml_path: Path) -> str:
-    expanded = os.path.expandvars(os.path.expanduser(str(value)))
-    if "$" in expanded:
-        var = re.search(r"\$\{?(\w+)", expanded).group(1)
-        raise EvalTaskError(f"task {task} ({yaml_path}): data file {value!r} needs ${var}, which is not set")
-    p = Path(expanded)
-    p = p if p.is_absolute() else base / p
-    if not p.is_file():
-        raise EvalTaskError(f"task {task} ({yaml_path}): local data file {p} not found")
-    return str(p.resolve())
-
-
-def _require_lm_eval():
-    try:
-        from lm_eval.tasks._yaml_loader import load_yaml
-    except ImportError as e:
-        raise EvalTaskError(f"lm-evaluation-harness is not usable ({e}): pip install 'cuvee[eval]' "
-                            "(lm-eval[hf] 0.4.13+)") from None
-    return load_yaml
-
-
-def check_task_code(path: Path, allow_code: bool, warn=None) -> None:
-    """Refuse a task YAML that would run Python (lm-eval ``!function``) unless ``allow_code``; then name each
-    file once through ``warn``. The tasks shipped with cuvee (cuvee/assets/eval_tasks) are cuvee's own code."""
-    from cuvee.train.task_code import TaskFileError, task_code
-
-    if path.resolve().is_relative_to(TASKS_DIR):
-        return
-    try:
-        code = task_code(path)
-    except TaskFileError as e:
-        raise EvalTaskError(str(e)) from None
-    if code and not allow_code:
-        raise EvalTaskError(f"task file {code[0].describe()}; lm-eval would import and run it. cuvee runs no code "
-                            f"from task files unless you pass --allow-task-code (only for files you trust)")
-    for c in {c.python_file or c.reference: c for c in code}.values():
-        (warn or _warn)(f"warning: --allow-task-code: task file {c.describe()}")
-
-
-def _warn(line: str) -> None:
-    import sys
-
-    print(line, file=sys.stderr, flush=True)
-
-
-def load_task_config(spec: str, allow_code: bool = False, warn=None) -> dict[str, Any]:
-    """The task YAML as a dict (``include:`` and ``!function`` resolved by lm-eval's loader), its local
-    ``data_files`` made absolute and checked. Only local ``json``/``jsonl``/``csv``/``parquet`` data.
-
-    A task file outside cuvee's shipped tasks that carries Python (``!function``) is refused before lm-eval
-    loads (and so imports) anything, unless ``allow_code``; allowed code is named on stderr."""
-    load_yaml = _require_lm_eval()
-
-    path = _task_path(spec)
-    check_task_code(path, allow_code, warn)
-    try:
-        cfg = load_yaml(path, resolve_func=True, recursive=True)
-    except Exception as e:  # noqa: BLE001 - YAML/!function problems: one line for the user
-        raise EvalTaskError(f"task file {path}: {type(e).__name__}: {' '.join(str(e).split())}") from None
-    task = cfg.get("task") or path.stem
-    if cfg.get("dataset_path") not in ("json", "csv", "parquet", "text"):
-        raise EvalTaskError(f"task {task} ({path}): dataset_path must be a local format (json, csv, parquet), "
-                            f"got {cfg.get('dataset_path')!r} - offline evaluation reads only local files")
-    kwargs = dict(cfg.get("dataset_kwargs") or {})
-    files = kwargs.get("data_files")
-    if not files:
-        raise EvalTaskError(f"task {task} ({path}): dataset_kwargs.data_files is required (local data file)")
-    if isinstance(files, dict):
-        files = {split: ([_resolve_file(f, path.parent, task, path) for f in v] if isinstance(v, list)
-                         else _resolve_file(v, path.parent, task, path)) for split, v in files.items()}
-    elif isinstance(files, list):
-        files = [_resolve_file(f, path.parent, task, path) for f in files]
-    else:
-        files = _resolve_file(files, path.parent, task, path)
-    kwargs["data_files"] = files
-    cfg["dataset_kwargs"] = kwargs
-    cfg["task"] = task
-    return cfg
-
-
-@contextmanager
-def offline_env():
-    saved = {k: os.environ.get(k) for k in OFFLINE_ENV}
-    os.environ.update(OFFLINE_ENV)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @contextmanager
@@ -174,21 +47,6 @@ def _keep_rng_state():
         random.setstate(saved[0])
         np.random.set_state(saved[1])
         torch.set_rng_state(saved[2])
-
-
-@contextmanager
-def _quiet_loggers(quiet: bool):
-    import logging
-
-    loggers = [logging.getLogger(n) for n in ("lm_eval", "transformers", "datasets", "accelerate")] if quiet else []
-    saved = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, saved):
-            lg.setLevel(level)
 
 
 # ------------------------------------------------------------------------------------------- evaluate
@@ -228,8 +86,10 @@ def evaluate_hf(model_dir: str | Path, tasks: list[str], limit: int | None = Non
     if not ((model_dir / "tokenizer.json").is_file() or (model_dir / "tokenizer_config.json").is_file()):
         raise EvalTaskError(f"{model_dir}: no tokenizer files - lm-eval needs the tokenizer next to the model")
     refuse_remote_code(model_dir)
+    from cuvee.evaltasks.render import load_task_config, offline_env, quiet_loggers
+
     configs = [load_task_config(t, allow_code=allow_task_code) for t in tasks]
-    with offline_env(), _quiet_loggers(quiet), _keep_rng_state():
+    with offline_env(), quiet_loggers(quiet), _keep_rng_state():
         import lm_eval
         from lm_eval.tasks import TaskManager
 
