@@ -51,17 +51,6 @@ def _keep_rng_state():
 
 # ------------------------------------------------------------------------------------------- evaluate
 
-def refuse_remote_code(model_dir: Path) -> None:
-    """:func:`cuvee.hf_loading.refuse_remote_code` (``auto_map`` in the folder's configs), as an EvalTaskError."""
-    from cuvee.hf_loading import ModelLoadError
-    from cuvee.hf_loading import refuse_remote_code as refuse
-
-    try:
-        refuse(model_dir)
-    except ModelLoadError as e:
-        raise EvalTaskError(str(e)) from None
-
-
 def evaluate_hf(model_dir: str | Path, tasks: list[str], limit: int | None = None, batch_size: int | str = 8,
                 device: str = "cpu", dtype: str = "float32", num_fewshot: int | None = None,
                 bootstrap_iters: int = 1000, max_length: int | None = None,
@@ -85,8 +74,10 @@ def evaluate_hf(model_dir: str | Path, tasks: list[str], limit: int | None = Non
                             "(export one with `cuvee train ... --export-hf DIR`)")
     if not ((model_dir / "tokenizer.json").is_file() or (model_dir / "tokenizer_config.json").is_file()):
         raise EvalTaskError(f"{model_dir}: no tokenizer files - lm-eval needs the tokenizer next to the model")
-    refuse_remote_code(model_dir)
     from cuvee.evaltasks.render import load_task_config, offline_env, quiet_loggers
+    from cuvee.hf_loading import refuse_remote_code
+
+    refuse_remote_code(model_dir)  # ModelLoadError, a user error: auto_map (custom code) in the folder
 
     configs = [load_task_config(t, allow_code=allow_task_code) for t in tasks]
     with offline_env(), quiet_loggers(quiet), _keep_rng_state():
