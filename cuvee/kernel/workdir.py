@@ -61,6 +61,7 @@ class Workdir:
     kind: str
     what: str = "folder"
     fresh_flag: str = "--fresh"
+    owns: Callable[[Path], bool] | None = None  # entries ``--fresh`` may delete (None: all but marker and lock)
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -145,8 +146,10 @@ def remove_owned(folder: str | Path, kind: str, *, what: str = "folder") -> bool
     return True
 
 
-def empty_owned(folder: str | Path, kind: str, *, what: str = "folder", keep: tuple[str, ...] = ()) -> int:
-    """Delete everything inside a cuvee folder of ``kind`` except its marker, its lock and ``keep`` (``--fresh``).
+def empty_owned(folder: str | Path, kind: str, *, what: str = "folder",
+                owns: Callable[[Path], bool] | None = None) -> int:
+    """Delete everything inside a cuvee folder of ``kind`` except its marker and its lock (``--fresh``); with
+    ``owns``, only the entries it accepts and the plan (a command that shares its folder keeps the rest).
 
     Call it while holding the folder's lock: the folder itself stays, so the lock another process would need
     stays the same file and a concurrent run cannot slip in between delete and re-create."""
@@ -158,7 +161,7 @@ def empty_owned(folder: str | Path, kind: str, *, what: str = "folder", keep: tu
         raise FolderError(f"refusing to empty {what} {folder}: {why}")
     n = 0
     for entry in folder.iterdir():
-        if entry.name in (MARKER, LOCK, *keep):
+        if entry.name in (MARKER, LOCK) or (owns is not None and entry.name != PLAN and not owns(entry)):
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
@@ -302,6 +305,12 @@ def plan_difference(recorded: dict, binding: dict[str, Any], folder: str | Path,
           f"or choose another folder.")
 
 
+def _differs(recorded: dict, binding: dict[str, Any], inputs: dict[str, dict] | None) -> bool:
+    if recorded["fingerprint"] != fingerprint(binding):
+        return True
+    return bool(inputs and isinstance(recorded.get("inputs"), dict) and first_change(recorded["inputs"], inputs))
+
+
 def check_inputs(recorded: dict | None, inputs: dict[str, dict] | None, folder: str | Path, what: str,
                  fresh_hint: str) -> None:
     """One line naming the first input file that changed since the plan was recorded (before the plan's own
@@ -311,7 +320,7 @@ def check_inputs(recorded: dict | None, inputs: dict[str, dict] | None, folder: 
     if found := first_change(recorded["inputs"], inputs):
         path, what_changed = found
         raise FolderError(f"{what} {folder}: input {path} changed since this folder's plan was recorded "
-                          f"({what_changed}); resuming would mix results of old and new content: restore the file, "
+                          f"({what_changed}); its results would mix old and new content: restore the file, "
                           f"or start over with {fresh_hint}")
 
 
@@ -402,12 +411,11 @@ def open_workdirs(folders: list[tuple[str | Path, Workdir]], binding: dict[str, 
         if before_fresh is not None:
             before_fresh(path)
         if fresh:
-            empty_owned(path, decl.kind, what=decl.what)
+            empty_owned(path, decl.kind, what=decl.what, owns=decl.owns)
         recorded = recorded_plan(path, decl.what, decl.fresh_flag)
-        if recorded is not None and on_other_plan is not None:
-            check_inputs(recorded, inputs, path, decl.what, decl.fresh_flag)
-            if plan_difference(recorded, binding, path, decl.what, decl.fresh_flag) and on_other_plan(path, recorded):
-                (path / PLAN).unlink()
+        if recorded is not None and on_other_plan is not None and _differs(recorded, binding, inputs) \
+                and on_other_plan(path, recorded):
+            (path / PLAN).unlink(missing_ok=True)
         plan = bind(path, binding, what=decl.what, fresh_hint=decl.fresh_flag, inputs=inputs)
         if before_sweep is not None:
             before_sweep(path)

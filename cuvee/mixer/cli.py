@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -297,9 +296,9 @@ def extend_cmd(base, texts, n_new, out_dir, max_chars, fresh):
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    from cuvee.kernel.atomic import write_json
+
+    write_json(path, data)
 
 
 @tokenizer.command("compression")

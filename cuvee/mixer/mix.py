@@ -4,11 +4,12 @@ Determinism: documents are read in sorted file order, each source is shuffled by
 epoch, sources are interleaved by the greedy token-deficit rule, and shards close at fixed token counts, so the
 same config, inputs and tokenizer give byte-identical shards (the manifest records every content hash).
 
-Ownership (see ``cuvee/folders.py``): the output folder is claimed as a cuvee ``mix`` folder, locked for the
-whole mix and bound to the resolved config and the source files before anything is tokenized. The mixer
-deletes only files it writes itself (its manifest, ``<name>_NNNNN.bin/.idx`` shards, the ``.cache`` folder,
-its plan and ``*.tmp`` files) and only inside a folder carrying the ``mix`` marker; a folder holding another
-mix is refused (``--fresh`` replaces it), a folder holding files cuvee did not create is refused outright.
+Ownership (the kernel's workdir, :data:`MIX_FOLDER`): the output folder is claimed as a cuvee ``mix`` folder,
+locked for the whole mix and bound to the resolved config and the source files' stamps before anything is
+tokenized. The mixer deletes only files it writes itself (its manifest, ``<name>_NNNNN.bin/.idx`` shards, the
+``.cache`` folder, its plan and the kernel's temporaries) and only inside a folder carrying the ``mix`` marker;
+a folder holding another mix is refused (``--fresh`` replaces it), a folder holding files cuvee did not create
+is refused outright.
 """
 
 from __future__ import annotations
@@ -27,13 +28,15 @@ from pathlib import Path
 
 import numpy as np
 
-from cuvee.folders import PLAN, FolderError, bind, bind_check, claim, clean_stale_tmp, locked
+from cuvee.kernel.atomic import temp_path, write_json
+from cuvee.kernel.stamps import stamps
+from cuvee.kernel.workdir import PLAN, FolderError, Workdir, bind_check, owned
 from cuvee.mixer.blend import greedy_blend
 from cuvee.mixer.config import MixConfig, MixConfigError, load_mix_config
 from cuvee.mixer.indexed import IndexedDataset, IndexedDatasetWriter, dtype_for_vocab
 from cuvee.mixer.selections import selection_summary
 from cuvee.mixer.shuffle import epoch_stream
-from cuvee.mixer.sources import changed_file, estimate_source, file_stamp, resolve_files, tokenize_source
+from cuvee.mixer.sources import estimate_source, resolve_files, tokenize_source
 from cuvee.mixer.tokenizers import TokenizerMismatchError, load_tokenizer, sha256_file
 
 log = logging.getLogger(__name__)
@@ -190,8 +193,8 @@ def _risk_order(cfg: MixConfig, files: list[list[str]]) -> list[int]:
 
 
 def _binding(cfg: MixConfig, tokenizer, files: list[list[str]]) -> dict:
-    """Everything that decides the folder's content: resolved config and the source files (path, size,
-    modification time, head/tail hash: a file rewritten in place at the same size changes the plan)."""
+    """Everything that decides the folder's content but the source files' bytes: resolved config and the source
+    files' paths (their stamps are the kernel's changed-input check, :func:`_inputs`)."""
     return {
         "name": cfg.name,
         "seed": cfg.seed,
@@ -207,11 +210,15 @@ def _binding(cfg: MixConfig, tokenizer, files: list[list[str]]) -> dict:
                 "where": s.where,
                 "text_key": s.text_key,
                 "min_chars": s.min_chars,
-                "files": [file_stamp(f) for f in fs],
+                "files": [os.path.abspath(f) for f in fs],
             }
             for s, w, fs in zip(cfg.sources, cfg.weights, files)
         ],
     }
+
+
+def _inputs(files: list[list[str]]) -> dict[str, dict]:
+    return stamps(f for fs in files for f in fs)
 
 
 def _read_json(path: Path):
@@ -258,7 +265,7 @@ def _remove_mix_files(out: Path, names: set[str], plan: bool = False, cache: boo
 
 
 def _probe_writable(out: Path) -> None:
-    probe = out / f".cuvee-write-probe.{os.getpid()}.tmp"
+    probe = temp_path(out / ".cuvee-write-probe")
     try:
         probe.write_bytes(b"")
         probe.unlink()
@@ -266,21 +273,25 @@ def _probe_writable(out: Path) -> None:
         raise FolderError(f"{WHAT} {out} is not writable: {e.strerror or e}") from None
 
 
-def _prepare_folder(out: Path, cfg: MixConfig, tokenizer, binding: dict, fresh: bool) -> None:
-    """Under the lock: refuse another finished mix, drop an unfinished attempt, bind, clear the previous
-    build of this very mix (it is rebuilt byte for byte)."""
-    from cuvee.folders import fingerprint
+def _mix_files(entry: Path) -> bool:
+    """What ``--fresh`` may delete in a mix folder: the mixer's own manifest, shards and cache (notes stay)."""
+    return entry.name in (MANIFEST, CACHE) or _ANY_SHARD.fullmatch(entry.name) is not None
 
-    recorded = _read_json(out / PLAN)
-    manifest = _read_json(out / MANIFEST)
-    names = {cfg.name}
-    for doc in (manifest, (recorded or {}).get("binding")):
-        if isinstance(doc, dict) and isinstance(doc.get("name"), str):
-            names.add(doc["name"])
-    if fresh:
-        n = _remove_mix_files(out, names, plan=True)
-        log.info("--fresh: removed %d mix file(s) from %s", n, out)
-    elif manifest:
+
+_ANY_SHARD = re.compile(r"[A-Za-z0-9_.-]+_[0-9]{5}\.(bin|idx)")
+MIX_FOLDER = Workdir("mix", WHAT, FRESH_HINT, owns=_mix_files)
+
+
+def _other_plan(cfg: MixConfig, tokenizer) -> Callable[[Path, dict], bool]:
+    """The kernel's ``on_other_plan`` hook: a finished mix of another plan is refused (by name, tokenizer or the
+    kernel's own message); an attempt that stopped before its manifest holds nothing finished and is replaced."""
+    def hook(out: Path, recorded: dict) -> bool:
+        manifest = _read_json(out / MANIFEST)
+        if not manifest:
+            names = {cfg.name, (recorded.get("binding") or {}).get("name")}
+            n = _remove_mix_files(out, names)
+            log.info("%s: replacing an unfinished attempt of another plan (%d file(s) removed)", out, n)
+            return True
         old_name = manifest.get("name")
         if old_name != cfg.name:
             raise FolderError(
@@ -292,19 +303,9 @@ def _prepare_folder(out: Path, cfg: MixConfig, tokenizer, binding: dict, fresh: 
             raise TokenizerMismatchError(
                 f"{out} already holds mix '{old_name}' tokenized with {old_tok.get('name')} "
                 f"(vocab {old_tok.get('vocab_size')}), not {tokenizer.name} (vocab {tokenizer.vocab_size}); "
-                f"use another output folder or {FRESH_HINT}"
-            )
-        old_binding = (recorded or {}).get("binding")
-        changed = changed_file(old_binding.get("sources") if isinstance(old_binding, dict) else None,
-                               binding["sources"])
-        if changed:  # the finished mix was built from the old bytes: rebuilding would silently replace it
-            raise FolderError(f"{WHAT} {out}: {changed}; restore it, or rerun with {FRESH_HINT} to rebuild the mix")
-    elif recorded is not None and recorded.get("fingerprint") != fingerprint(binding):
-        # an earlier attempt stopped before its manifest: nothing finished is lost by starting over
-        n = _remove_mix_files(out, names, plan=True)
-        log.info("%s: replacing an unfinished attempt of another plan (%d file(s) removed)", out, n)
-    bind(out, binding, what=WHAT, fresh_hint=FRESH_HINT)
-    _remove_mix_files(out, names)
+                f"use another output folder or {FRESH_HINT}")
+        return False  # the kernel names the changed input or the differing keys
+    return hook
 
 
 def check_manifest_tokenizer(manifest: dict, tokenizer) -> None:
@@ -390,7 +391,7 @@ def check_built(config_path, out_dir: str | Path) -> None:
     cfg = load_mix_config(config_path).blend_config()
     tokenizer = _load_tokenizer(cfg)
     files = [resolve_files(s) for s in cfg.sources]
-    bind_check(out_dir, _binding(cfg, tokenizer, files), what=WHAT,
+    bind_check(out_dir, _binding(cfg, tokenizer, files), what=WHAT, inputs=_inputs(files),
                fresh_hint=f"`cuvee mix {config_path} --fresh` (rebuild it)")
 
 
@@ -443,11 +444,10 @@ def run_mix(
                 **selection_summary(sources, origins, None)}
 
     _precheck_budget(cfg, files, tokenizer)
-    claim(out, "mix", what=WHAT)
-    with locked(out, WHAT):
-        clean_stale_tmp(out)
+    with owned(out, MIX_FOLDER, _binding(cfg, tokenizer, files), fresh=fresh or overwrite, inputs=_inputs(files),
+               on_other_plan=_other_plan(cfg, tokenizer)):
         _probe_writable(out)
-        _prepare_folder(out, cfg, tokenizer, _binding(cfg, tokenizer, files), fresh or overwrite)
+        _remove_mix_files(out, {cfg.name})  # the previous build of this very mix: rebuilt byte for byte
         try:
             manifest = _build(cfg, tokenizer, files, out, dtype, base, keep_cache, t0, origins,
                               progress or (lambda line: None))
@@ -514,9 +514,7 @@ def _build(cfg: MixConfig, tokenizer, files, out: Path, dtype, base: dict, keep_
         "mix_sha256": mix_hash,
     }
     # no timestamps: reruns give the same file; written last and atomically, so it never names missing shards
-    tmp = out / f".{MANIFEST}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-    os.replace(tmp, out / MANIFEST)
+    write_json(out / MANIFEST, manifest)
     manifest["timing_s"] = {"tokenize": round(t_tok, 3), "total": round(time.time() - t0, 3)}
     return manifest
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuvee.mixer.config import MixConfigError, SourceConfig
-from cuvee.mixer.where import matches
+from cuvee.mixer.where import failed_key, missing_keys
 
 log = logging.getLogger(__name__)
 
@@ -64,40 +64,6 @@ def resolve_files(src: SourceConfig) -> list[str]:
     return files
 
 
-def file_stamp(path: str) -> dict:
-    """A source file as a mix plan binds it: absolute path, size, modification time and a SHA-256 of its first
-    and last 64 KiB (``cuvee.pipeline.plan.local_file_stamp``), so a file rewritten at the same size is noticed."""
-    from cuvee.pipeline.plan import local_file_stamp
-
-    size, stamp = local_file_stamp(path)
-    return {"path": os.path.abspath(path), "bytes": size, **stamp}
-
-
-def changed_file(recorded: list[dict], sources: list[dict]) -> str | None:
-    """The first source file whose recorded stamp differs from its stamp now, said in words with its plan key;
-    None when every file recorded under the same path is unchanged (other differences are ``bind``'s to list)."""
-    old = {}
-    for i, src in enumerate(recorded if isinstance(recorded, list) else ()):
-        for j, f in enumerate(src.get("files") or [] if isinstance(src, dict) else ()):
-            if isinstance(f, dict) and isinstance(f.get("path"), str):
-                old[f["path"]] = (f"sources[{i}].files[{j}]", f)
-    for src in sources:
-        for f in src["files"]:
-            key, before = old.get(f["path"], (None, None))
-            if before is None or before == f:
-                continue
-            if before.get("bytes") != f["bytes"]:
-                what = f"size {before.get('bytes')} -> {f['bytes']} bytes"
-            elif "head_tail_sha256" not in before:  # a plan recorded before files were stamped: bind says so
-                continue
-            elif before["head_tail_sha256"] != f["head_tail_sha256"]:
-                what = "same size, other content"
-            else:
-                what = "same size, rewritten (modification time differs)"
-            return f"source '{src['name']}' file {f['path']} changed since the mix was planned ({key}: {what})"
-    return None
-
-
 def file_digest(path: str) -> dict:
     from cuvee.mixer.tokenizers import sha256_file
 
@@ -112,7 +78,7 @@ def select_texts(src: SourceConfig, files: list[str], scan: SourceScan) -> Itera
         scan.read += 1
         meta = doc.metadata or {}
         scan.meta_keys.update(meta)
-        failed = next((k for k, cond in src.where.items() if not matches(meta.get(k), cond)), None)
+        failed = failed_key(src.where, meta)
         if failed is not None:
             scan.drop(f"where_{failed}")
             continue
@@ -130,14 +96,8 @@ def select_texts(src: SourceConfig, files: list[str], scan: SourceScan) -> Itera
 
 def where_hint(src: SourceConfig, scan: SourceScan) -> str:
     """For an empty source: the ``where`` keys no document has, with the closest key documents do have."""
-    import difflib
-
-    notes = []
-    for key in src.where:
-        if key not in scan.meta_keys:
-            close = difflib.get_close_matches(key, sorted(scan.meta_keys), n=1)
-            notes.append(f"no document has metadata {key!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
-    return ("; " + "; ".join(notes)) if notes else ""
+    notes = missing_keys(src.where, scan.meta_keys)
+    return f"; {notes}" if notes else ""
 
 
 def _batched(it: Iterator[str], n: int) -> Iterator[list[str]]:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+from cuvee.kernel.atomic import write_text
 
 TOKENIZER_TIKTOKEN = "tokenizer.tiktoken"  # the rank file `cuvee tokenizer extend` writes into its folder
 _OFFSET = 0x10000  # base token id -> chr(_OFFSET + id): planes 1-2, no whitespace, no surrogates
@@ -104,13 +105,6 @@ def learn_extension(base_enc, texts: list[str], n_new: int, min_frequency: int =
     return new
 
 
-def _replace(path: Path, text: str) -> None:
-    """Write ``path`` whole or not at all (a temporary file renamed over it)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def extend_tiktoken(base: str, texts: list[str], n_new: int, out_path: str | Path, min_frequency: int = 2) -> dict:
     """Write ``out_path`` (.tiktoken rank file) + ``out_path.json`` (pattern, special tokens) and return a summary."""
     if not texts:
@@ -126,7 +120,7 @@ def extend_tiktoken(base: str, texts: list[str], n_new: int, out_path: str | Pat
         next_rank += 1
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    _replace(out_path, "".join(f"{base64.b64encode(t).decode()} {r}\n"
+    write_text(out_path, "".join(f"{base64.b64encode(t).decode()} {r}\n"
                                for t, r in sorted(ranks.items(), key=lambda kv: kv[1])))
     meta = {
         "base": base,
@@ -138,6 +132,6 @@ def extend_tiktoken(base: str, texts: list[str], n_new: int, out_path: str | Pat
         "training_texts": len(texts),
         "training_chars": sum(len(t) for t in texts),
     }
-    _replace(Path(f"{out_path}.json"), json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    write_text(Path(f"{out_path}.json"), json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
     sample = [t.decode("utf-8", "replace") for t in new_tokens[:20]]
     return {**meta, "path": str(out_path), "vocab_size": next_rank, "examples": sample}

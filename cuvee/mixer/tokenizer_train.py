@@ -4,10 +4,10 @@ The result is a GPT-2-style ``tokenizer.json`` that ``load_tokenizer`` runs on t
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from cuvee.kernel.atomic import replacing
 from cuvee.mixer.config import load_mix_config
 from cuvee.mixer.sources import SourceScan, resolve_files, select_texts
 
@@ -60,7 +60,6 @@ def train_bpe_on_mix(config, vocab_size: int, out_path: str | Path, max_docs: in
     tok = train_bpe(itertools.chain(*iters), vocab_size)
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")  # a kill never leaves half a tokenizer.json
-    tok.save(str(tmp))
-    os.replace(tmp, out_path)
+    with replacing(out_path) as tmp:  # a kill never leaves half a tokenizer.json
+        tok.save(str(tmp))
     return {"path": str(out_path), "vocab_size": tok.get_vocab_size(), "sources": used}

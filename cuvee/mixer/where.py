@@ -82,6 +82,22 @@ def matches(value: Any, cond: Any) -> bool:
     return True
 
 
+def failed_key(where: dict, meta: dict) -> str | None:
+    """The first key of ``where`` whose condition the metadata ``meta`` fails; None when the document is selected."""
+    return next((k for k, cond in where.items() if not matches(meta.get(k), cond)), None)
+
+
+def missing_keys(where: dict, seen: set[str]) -> str:
+    """Why a selection may have taken nothing: the ``where`` keys no document has, each with the closest key
+    documents do have ("" when every key was seen). One wording for every command that selects by ``where``."""
+    notes = []
+    for key in where:
+        if key not in seen:
+            close = difflib.get_close_matches(key, sorted(seen), n=1)
+            notes.append(f"no document has metadata {key!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
+    return "; ".join(notes)
+
+
 def canonical(where: dict) -> dict:
     """``where`` with every operator under its one canonical name and keys sorted, so two spellings of one
     condition (``lte`` / ``<=``) bind a folder's plan alike."""

@@ -266,11 +266,11 @@ _STAMP_KEYS = ("bin_head_tail_sha256", "idx_bytes", "idx_head_tail_sha256")
 
 
 def _content_stamp(path: Path) -> tuple[int, str]:
-    """Size and head/tail SHA-256 (``cuvee.pipeline.plan.local_file_stamp`` less the mtime: content only)."""
-    from cuvee.pipeline.plan import local_file_stamp
+    """Size and head/tail SHA-256 (the kernel's stamp, content only: a moved or copied mix still resumes)."""
+    from cuvee.kernel.stamps import stamp
 
-    size, stamp = local_file_stamp(str(path))
-    return size, stamp["head_tail_sha256"]
+    st = stamp(path, content_only=True)
+    return st["bytes"], st["head_tail_sha256"]
 
 
 def _check_against_manifest(prefix: Path, ds: IndexedDataset, entry: dict, bin_bytes: int) -> None:
@@ -308,5 +308,5 @@ def resume_identity(folder: Path, now: dict) -> dict:
                     else "same size, other content" if ht is not None and ht != rec[f"{ext}_head_tail_sha256"] else None)
             if what:
                 raise FolderError(f"{folder}: data shard {rec['shard']}.{ext} changed since this run started ({what}); "
-                                  f"resuming would train on other data: restore it, or start over with --no-resume")
+                                  f"resuming would train on other data: restore it, or start over with --fresh")
     return now
