@@ -11,7 +11,6 @@ mis-decoded item loses every n-gram holding an accented word and would be counte
 
 from __future__ import annotations
 
-import codecs
 import csv
 import gzip
 import io
@@ -101,31 +100,21 @@ def resolve(name: str | None, path: str | None, task: str | None, fields: list[s
 
 
 def check_decodes(path: str) -> None:
-    """One line naming the file, the line and the byte when a text eval file is not UTF-8."""
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    line, offset = 1, 0
+    """One line naming the file, the line and the byte when a text eval file is not UTF-8 (eval sets are small:
+    the file is read whole)."""
     try:
         with (gzip.open(path) if path.endswith(".gz") else open(path, "rb")) as f:
-            while chunk := f.read(1 << 20):
-                pending = len(decoder.getstate()[0])
-                try:
-                    decoder.decode(chunk)
-                except UnicodeDecodeError as e:
-                    at = max(0, e.start - pending)
-                    line += chunk.count(b"\n", 0, at)
-                    raise EvalTaskError(
-                        f"eval file {path}: not UTF-8 at line {line} (byte {offset + at}: "
-                        f"{chunk[at:at + 1]!r}); save it as UTF-8 (e.g. iconv -f latin1 -t utf-8): cuvee does not "
-                        f"guess encodings, and a mis-decoded item would be checked without its accented words") from None
-                line += chunk.count(b"\n")
-                offset += len(chunk)
-            try:
-                decoder.decode(b"", final=True)
-            except UnicodeDecodeError:
-                raise EvalTaskError(f"eval file {path}: not UTF-8: it ends inside a multi-byte character (byte "
-                                    f"{offset}); save it as UTF-8") from None
+            data = f.read()
     except (OSError, EOFError, zlib.error) as e:
         raise EvalTaskError(f"eval file {path}: cannot read it: {' '.join(str(e).split())[:200]}") from None
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise EvalTaskError(f"eval file {path}: not UTF-8 at line {line} (byte {e.start}: "
+                            f"{data[e.start:e.start + 1]!r}, {e.reason}); save it as UTF-8 (e.g. iconv -f latin1 -t "
+                            f"utf-8): cuvee does not guess encodings, and a mis-decoded item would be checked without "
+                            f"its accented words") from None
 
 
 def _open_text(path: str):
