@@ -84,7 +84,7 @@ import torch
 import xxhash
 from pydantic import Field, field_validator, model_validator
 
-from cuvee.folders import FolderLock, bind, claim, clean_stale_tmp, empty_owned
+from cuvee.kernel.workdir import Workdir, open_workdir
 from cuvee.train.anneal_report import (
     begin_look,
     final_train_loss,
@@ -213,6 +213,7 @@ def _arm_config(ac: AnnealConfig, state: dict, arm: str, paths: list[str], seed:
     )
 
 
+ANNEAL_FOLDER = Workdir("train", "anneal output folder")
 _NOT_BOUND = ("name", "out_dir", "threads", "eval", "eval_docs", "bootstrap", "seeds", "equivalence_margin",
               "equivalence_margin_abs", "alpha", "looks", "spending", "decontaminate", "decontam_threshold",
               "containment", "containment_ngram", "max_eval_loss_share", "downstream", "downstream_limit",
@@ -268,20 +269,8 @@ def _binding(ac: AnnealConfig) -> dict:
     return b
 
 
-def _open_out_dir(out: Path, ac: AnnealConfig, fresh: bool, held: ExitStack) -> None:
-    """Claim, lock (until the ablation ends) and bind the anneal folder; ``fresh`` empties it first."""
-    what = "anneal output folder"
-    claim(out, "train", what=what)
-    lock = FolderLock(out, what).acquire()
-    held.callback(lock.release)
-    if fresh:  # emptied while we hold the lock; the marker and the lock file stay
-        empty_owned(out, "train", what=what)
-    bind(out, _binding(ac), what=what, fresh_hint="--no-resume")
-    clean_stale_tmp(out)
-
-
 def run_anneal(ac: AnnealConfig, quiet: bool = False, fresh: bool = False) -> dict:
-    """Run (or resume) the ablation; ``fresh``: start over in a folder cuvee created (``--no-resume``)."""
+    """Run (or resume) the ablation; ``fresh``: start over in a folder cuvee created (``--fresh``)."""
     state = load_checkpoint(ac.checkpoint)  # refuses a checkpoint that is not plain data, before any folder is made
     if ac.order == "pieces":  # arms whose documents' sources are unknown: one line, before any folder is made
         for paths in (ac.candidate, ac.control):
@@ -292,7 +281,7 @@ def run_anneal(ac: AnnealConfig, quiet: bool = False, fresh: bool = False) -> di
         for task in ac.downstream:
             checked_task(task, ac.allow_task_code, warn=lambda _line: None)
     with ExitStack() as held:
-        _open_out_dir(ac.resolved_out_dir(), ac, fresh, held)
+        open_workdir(ac.resolved_out_dir(), ANNEAL_FOLDER, _binding(ac), held, fresh=fresh)
         look = begin_look(ac, ac.resolved_out_dir())  # a look the plan does not allow is refused before training
         return _run_anneal(ac, state, quiet, look)
 

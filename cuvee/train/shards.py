@@ -234,8 +234,8 @@ def data_identity(shards: ShardSet) -> dict:
     The sha256s come from the mixer's manifest (free; ``mix_sha256`` too when present). A shard without a
     manifest entry gets the sha256 of its small ``.idx`` (every document's length) and its ``.bin`` size,
     so a resume on other data stops even without a manifest. The manifest names what the shards should be,
-    not what they are now, so each ``.bin``/``.idx`` is also bound by its size and a SHA-256 of its first and
-    last 64 KiB (cheap at start): a shard rewritten in place at the same size stops the resume too. Paths and
+    not what they are now, so each ``.bin``/``.idx`` is also stamped by content (:func:`shard_inputs`, the
+    kernel's changed-input check): a shard rewritten in place at the same size stops the resume too. Paths and
     modification times are left out: a moved or copied mix still resumes. A shard whose size disagrees with
     its manifest entry is refused here, before any folder is bound.
     """
@@ -248,11 +248,9 @@ def data_identity(shards: ShardSet) -> dict:
             manifests[parent] = _folder_manifest(parent)
         listed = manifests[parent].get("shards") or []
         entry = next((s for s in listed if Path(s.get("prefix", "")).name == prefix.name), {})
-        bin_bytes, bin_ht = _content_stamp(Path(f"{prefix}.bin"))
-        idx_bytes, idx_ht = _content_stamp(Path(f"{prefix}.idx"))
+        bin_bytes = Path(f"{prefix}.bin").stat().st_size
         _check_against_manifest(prefix, ds, entry, bin_bytes)
-        rec = {"shard": prefix.name, "documents": len(ds), "bin_bytes": bin_bytes, "bin_head_tail_sha256": bin_ht,
-               "idx_bytes": idx_bytes, "idx_head_tail_sha256": idx_ht}
+        rec = {"shard": prefix.name, "documents": len(ds), "bin_bytes": bin_bytes}
         if entry.get("sha256_bin") and entry.get("sha256_idx"):
             rec.update(sha256_bin=entry["sha256_bin"], sha256_idx=entry["sha256_idx"])
         else:
@@ -262,15 +260,13 @@ def data_identity(shards: ShardSet) -> dict:
     return {"shards": out, "mix_sha256": mixes, "tokenizer": shards.tokenizer}
 
 
-_STAMP_KEYS = ("bin_head_tail_sha256", "idx_bytes", "idx_head_tail_sha256")
-
-
-def _content_stamp(path: Path) -> tuple[int, str]:
-    """Size and head/tail SHA-256 (the kernel's stamp, content only: a moved or copied mix still resumes)."""
+def shard_inputs(shards: ShardSet) -> dict[str, dict]:
+    """``{path: content stamp}`` of every ``.bin``/``.idx``: what the kernel compares on resume (content only, so a
+    copy of the mix elsewhere still resumes, and a shard rewritten in place is named in one line)."""
     from cuvee.kernel.stamps import stamp
 
-    st = stamp(path, content_only=True)
-    return st["bytes"], st["head_tail_sha256"]
+    return {str(Path(f"{ds.prefix}.{ext}").resolve()): stamp(f"{ds.prefix}.{ext}", content_only=True)
+            for ds in shards.datasets for ext in ("bin", "idx")}
 
 
 def _check_against_manifest(prefix: Path, ds: IndexedDataset, entry: dict, bin_bytes: int) -> None:
@@ -282,31 +278,3 @@ def _check_against_manifest(prefix: Path, ds: IndexedDataset, entry: dict, bin_b
         raise ValueError(f"{prefix}.bin: {bin_bytes:,} bytes, but its manifest.json lists {tokens:,} tokens "
                          f"({tokens * ds.dtype.itemsize:,} bytes); the shard changed since the mix was written "
                          f"(rebuild the mix, or check it with cuvee mix --verify)")
-
-
-def resume_identity(folder: Path, now: dict) -> dict:
-    """``now`` (a :func:`data_identity`) as ``folder``'s recorded plan compares it, or a FolderError naming the
-    first shard rewritten since the run started (one line, before ``bind`` lists every differing key).
-
-    A plan recorded before shards were stamped is compared without the stamps, so such a run resumes as it did."""
-    from cuvee.folders import PLAN, FolderError
-
-    try:
-        old = json.loads((Path(folder) / PLAN).read_text())["binding"]["data"]["shards"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return now  # no plan yet, or one bind will report
-    if not isinstance(old, list):
-        return now
-    if not any(isinstance(r, dict) and _STAMP_KEYS[0] in r for r in old):
-        return {**now, "shards": [{k: v for k, v in r.items() if k not in _STAMP_KEYS} for r in now["shards"]]}
-    for before, rec in zip(old, now["shards"]):
-        if not isinstance(before, dict) or before.get("shard") != rec["shard"]:
-            continue
-        for ext in ("bin", "idx"):
-            size, ht = before.get(f"{ext}_bytes"), before.get(f"{ext}_head_tail_sha256")
-            what = (f"size {size:,} -> {rec[f'{ext}_bytes']:,} bytes" if isinstance(size, int) and size != rec[f"{ext}_bytes"]
-                    else "same size, other content" if ht is not None and ht != rec[f"{ext}_head_tail_sha256"] else None)
-            if what:
-                raise FolderError(f"{folder}: data shard {rec['shard']}.{ext} changed since this run started ({what}); "
-                                  f"resuming would train on other data: restore it, or start over with --fresh")
-    return now

@@ -19,15 +19,8 @@ from pathlib import Path
 
 import torch
 
-from cuvee.folders import (
-    FolderError,
-    FolderLock,
-    bind,
-    claim,
-    clean_stale_tmp,
-    empty_owned,
-)
 from cuvee.kernel.errors import UserError
+from cuvee.kernel.workdir import FolderError, Workdir, open_workdir
 from cuvee.train import checkpoint as ckpt
 from cuvee.train import distributed as dist_utils
 from cuvee.train.attention import build_doc_mask, resolve_backend
@@ -37,10 +30,11 @@ from cuvee.train.loader import IGNORE_INDEX, PackedLoader
 from cuvee.train.mfu import flops_per_token, mfu, peak_flops
 from cuvee.train.model import Llama
 from cuvee.train.schedule import lr_at
-from cuvee.train.shards import data_identity, open_shards, resume_identity
+from cuvee.train.shards import data_identity, open_shards, shard_inputs
 from cuvee.train.strict_json import dumps as strict_dumps
 
 log = logging.getLogger(__name__)
+TRAIN_FOLDER = Workdir("train", "training output folder")
 
 
 class TrainingDiverged(UserError, RuntimeError):
@@ -118,7 +112,8 @@ def _train(cfg: TrainConfig, info, held: ExitStack, resume: bool, stop_after: in
         from cuvee.train.piece_blend import arm_sources
 
         arm_sources(shards)
-    _open_out_dir(out_dir, _binding(cfg, mcfg, shards, info, init_from, init_optimizer, peak_lr), resume, info, held)
+    _open_out_dir(out_dir, _binding(cfg, mcfg, shards, info, init_from, init_optimizer, peak_lr), shard_inputs(shards),
+                  resume, info, held)
     loader = PackedLoader(shards, cfg.data.seq_len, cfg.micro_batch, seed=cfg.data.seed, rank=info.rank,
                           world_size=info.world_size, add_eos=cfg.data.add_eos,
                           order=cfg.data.order, window=cfg.data.window)  # "mix": the blend holds at every step
@@ -265,20 +260,13 @@ def _binding(cfg: TrainConfig, mcfg, shards, info, init_from, init_optimizer: bo
             "peak_lr": peak_lr}
 
 
-def _open_out_dir(out_dir: Path, binding: dict, resume: bool, info, held: ExitStack) -> None:
-    """Rank 0 claims, locks (for the whole run) and binds the folder; every rank learns the outcome."""
+def _open_out_dir(out_dir: Path, binding: dict, inputs: dict, resume: bool, info, held: ExitStack) -> None:
+    """Rank 0 opens the folder through the kernel (held for the whole run); every rank learns the outcome."""
     failure = error = None
     if info.is_main:
-        what = "training output folder"
         try:
-            claim(out_dir, "train", what=what)
-            lock = FolderLock(out_dir, what).acquire()
-            held.callback(lock.release)
-            if not resume:  # start over: only a folder cuvee created is emptied, and only while we hold it
-                empty_owned(out_dir, "train", what=what)
-            binding = {**binding, "data": resume_identity(out_dir, binding["data"])}  # a rewritten shard: one line
-            bind(out_dir, binding, what=what, fresh_hint="--fresh")
-            clean_stale_tmp(out_dir)  # e.g. a torch.save killed half-way through step_X.pt.tmp
+            # the sweep removes e.g. a torch.save killed half-way through a checkpoint
+            open_workdir(out_dir, TRAIN_FOLDER, binding, held, fresh=not resume, inputs=inputs)
         except Exception as e:
             if info.world_size == 1:
                 raise
