@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import pickle
 import re
 from pathlib import Path
 
 import torch
 
+from cuvee.kernel.atomic import replacing
 from cuvee.kernel.errors import UserError
 
 _NAME = re.compile(r"step_(\d+)\.pt$")
@@ -47,9 +47,8 @@ def save_checkpoint(out_dir: str | Path, step: int, payload: dict, keep: int) ->
     d = checkpoint_dir(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"step_{step:07d}.pt"
-    tmp = path.with_suffix(".pt.tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        torch.save(payload, tmp)
     for old in list_checkpoints(out_dir)[:-keep]:
         old.unlink(missing_ok=True)
     return path

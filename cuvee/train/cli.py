@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from cuvee.kernel.errors import one_line
 from cuvee.yaml_safe import YamlLoadError, load_yaml
 
 _USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)  # + the cuvee error types below
@@ -37,7 +38,7 @@ def _user_errors(verbose: bool = False):
     except Exception as e:  # noqa: BLE001 - the one place a command's failure becomes its one line
         if verbose:
             traceback.print_exc()
-        text = " ".join(str(e).split()) or type(e).__name__
+        text = one_line(str(e)) or type(e).__name__
         if not isinstance(e, _user_error_types()):
             text = f"unexpected {type(e).__name__}: {text} (rerun with -v for the traceback)"
     raise click.ClickException(text[:2000])  # outside the handler: the traceback is printed once, with -v only
@@ -68,11 +69,10 @@ def _demo_data_ready(root: Path) -> bool:
 
 def _build_demo_data(root: Path) -> None:
     """The byte-level demo shards, built once into a folder cuvee owns (kind "mix"), under its lock."""
-    from cuvee.folders import claim, locked
+    from cuvee.kernel.workdir import Workdir, owned
     from cuvee.train.demo_data import build_demo_data
 
-    claim(root, "mix", what="demo data folder")
-    with locked(root, "demo data folder"):
+    with owned(root, Workdir("mix", "demo data folder"), {"command": "train --demo-data"}):
         if not _demo_data_ready(root):
             build_demo_data(root)
 
@@ -99,17 +99,24 @@ def _check_data_paths(cfg, config: str) -> None:
         raise click.ClickException(f"{config}: {key} {p} does not exist; {how}")
 
 
+# one word for one meaning on every command: --fresh starts a folder over (--no-resume: its older name here)
+_FRESH = click.option("--fresh", is_flag=True,
+                      help="start over: empty the output folder (only one cuvee created) instead of resuming")
+_NO_RESUME = click.option("--no-resume", is_flag=True, hidden=True, help="older name of --fresh")
+
+
 @click.command("train")
 @click.argument("config", type=click.Path(exists=True, dir_okay=False))
 @click.option("--set", "overrides", multiple=True, help="override a config key: --set steps=50 --set optim.lr=1e-3")
-@click.option("--no-resume", is_flag=True,
-              help="start over: empty the output directory (only if cuvee created it) instead of resuming")
+@_FRESH
+@_NO_RESUME
 @click.option("--demo-data", type=click.Path(), default=None,
               help="first build the byte-level demo shards (data/curated) into this directory if missing")
 @click.option("--stop-after", type=int, default=None, help="stop (with a checkpoint) after this many steps in total")
 @click.option("--export-hf", type=click.Path(), default=None, help="after training, export the model to this HF dir")
+@click.option("--json", "as_json", is_flag=True, help="print the run's summary as JSON instead of the closing lines")
 @click.option("-v", "--verbose", is_flag=True, help="print the traceback of an error before its one-line message")
-def train(config, overrides, no_resume, demo_data, stop_after, export_hf, verbose):
+def train(config, overrides, fresh, no_resume, demo_data, stop_after, export_hf, as_json, verbose):
     """Train a Llama-style model per CONFIG (configs/train/*.yaml); resumes from its checkpoints."""
     with _user_errors(verbose):
         from cuvee.train.config import load_train_config
@@ -119,16 +126,48 @@ def train(config, overrides, no_resume, demo_data, stop_after, export_hf, verbos
         if demo_data and not _demo_data_ready(Path(demo_data)):
             _build_demo_data(Path(demo_data))
         _check_data_paths(cfg, config)
-        result = run_train(cfg, resume=not no_resume, stop_after=stop_after)
+        result = run_train(cfg, resume=not (fresh or no_resume), stop_after=stop_after)
+        exported = None
         if export_hf and result["checkpoint"] and os.environ.get("RANK", "0") == "0":
             from cuvee.train.hf_export import export_checkpoint
 
-            click.echo(f"exported Hugging Face Llama to {export_checkpoint(result['checkpoint'], export_hf)}")
+            exported = export_checkpoint(result["checkpoint"], export_hf)
+            click.echo(f"exported Hugging Face Llama to {exported}")
     if os.environ.get("RANK", "0") != "0":
         return  # torchrun: rank 0 reports
     summary = {k: v for k, v in result.items() if k not in ("losses",)}
     summary["final_loss"] = result["losses"][max(result["losses"])] if result["losses"] else None
-    click.echo(json.dumps(summary, indent=2, default=str))
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, default=str))
+        return
+    for line in closing_lines(result, cfg.steps, exported):
+        click.echo(line)
+
+
+def closing_lines(result: dict, steps: int, exported=None) -> list[str]:
+    """A line of what the run did, then what was written and the next command (the whole summary is
+    ``--json``; every logged step is in log.jsonl)."""
+    out, losses = result["out_dir"], result["losses"]
+    did = (f"trained {out}: {result['params'] / 1e6:.2f}M parameters, step {result['step']} of {steps}, "
+           f"{result['tokens']:,} tokens")
+    if losses:
+        first, last = min(losses), max(losses)
+        did += f"; loss {losses[first]:.4f} (step {first}) -> {losses[last]:.4f} (step {last})"
+    elif result["step"] >= steps:
+        did += "; already finished, nothing to train"
+    if result.get("skipped_steps"):
+        did += f"; {result['skipped_steps']} non-finite step(s) skipped"
+    ckpt = Path(result["checkpoint"]).name if result.get("checkpoint") else None
+    wrote = f"wrote {out}/: " + ", ".join(x for x in (f"checkpoints/{ckpt}" if ckpt else None, "log.jsonl",
+                                                      "config.json") if x)
+    if result["step"] < steps:
+        nxt = "rerun the same command (without --stop-after) to resume from the last checkpoint"
+    elif exported:
+        nxt = f"cuvee eval-downstream {exported} --task TASK   (the exported model's accuracy)"
+    else:
+        nxt = (f"cuvee anneal --checkpoint {out} --candidate MIX --control MIX   "
+               f"(compare two mixes from this model)")
+    return [did, f"{wrote}; next: {nxt}"]
 
 
 @click.command("anneal")
@@ -142,11 +181,11 @@ def train(config, overrides, no_resume, demo_data, stop_after, export_hf, verbos
 @click.option("--average-last", type=int, help="average the last k checkpoints")
 @click.option("--out", "out_dir", help="output directory (report.md, report.json, runs/)")
 @click.option("--set", "overrides", multiple=True, help="override any anneal config key: --set micro_batch=4")
-@click.option("--no-resume", is_flag=True,
-              help="start over: empty the output directory (only if cuvee created it) instead of resuming its runs")
+@_FRESH
+@_NO_RESUME
 @click.option("-v", "--verbose", is_flag=True, help="print the traceback of an error before its one-line message")
-def anneal(config, checkpoint, candidate, control, tokens, evals, seeds, average_last, out_dir, overrides, no_resume,
-           verbose):
+def anneal(config, checkpoint, candidate, control, tokens, evals, seeds, average_last, out_dir, overrides, fresh,
+           no_resume, verbose):
     """Anneal CHECKPOINT on a candidate and a control mix (LR linearly to 0); compare held-out loss/bpb."""
     with _user_errors(verbose):
         from cuvee.train.anneal import AnnealConfig, run_anneal
@@ -171,8 +210,10 @@ def anneal(config, checkpoint, candidate, control, tokens, evals, seeds, average
         raw.update({k: v for k, v in cli.items() if v is not None})
         apply_overrides(raw, _parse_overrides(overrides), where)
         ac = build_config(AnnealConfig, raw, where)
-        report = run_anneal(ac, fresh=no_resume)
-    click.echo(f"report: {ac.resolved_out_dir() / 'report.md'}")
+        report = run_anneal(ac, fresh=fresh or no_resume)
+    out = ac.resolved_out_dir()
+    click.echo(f"wrote {out}/: report.md (the verdicts above), report.json, runs/ (each arm and seed); "
+               f"next: read {out / 'report.md'}")
     return report
 
 

@@ -81,13 +81,10 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
     The folder is claimed as kind "eval" (an export exists to be evaluated; a folder holding someone else's
     files is refused), locked while written, emptied and written whole, and bound to the checkpoint it was
     exported from (``.cuvee-plan.json``), so it never mixes two exports and always says which one it holds."""
-    from cuvee.folders import bind, claim, empty_owned, locked
+    from cuvee.kernel.workdir import Workdir, owned
     from cuvee.train.checkpoint import checkpoint_identity, load_checkpoint
 
     state = load_checkpoint(checkpoint)  # a crafted checkpoint is refused before any folder is made
-    out_dir, what = Path(out_dir), "Hugging Face export folder"
-    claim(out_dir, "eval", what=what)
-    with locked(out_dir, what):
-        empty_owned(out_dir, "eval", what=what)
-        bind(out_dir, {"export_of": checkpoint_identity(checkpoint)}, what=what)
-        return export_hf(state["model"], ModelConfig(**state["model_config"]), out_dir, state.get("tokenizer"))
+    binding = {"export_of": checkpoint_identity(checkpoint)}
+    with owned(out_dir, Workdir("eval", "Hugging Face export folder"), binding, fresh=True) as opened:
+        return export_hf(state["model"], ModelConfig(**state["model_config"]), opened.folder, state.get("tokenizer"))

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
 import torch
 
+from cuvee.kernel.atomic import write_text
 from cuvee.kernel.errors import UserError
 from cuvee.kernel.workdir import FolderError, Workdir, open_workdir
 from cuvee.train import checkpoint as ckpt
@@ -298,9 +298,7 @@ def _truncate_log(path: Path, step: int) -> None:
         if at < step or (at == step and rec.get("event") in ("train", "skip")):
             keep.append(line)
     if keep != lines or (lines and not path.read_text().endswith("\n")):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(line + "\n" for line in keep))
-        os.replace(tmp, path)
+        write_text(path, "".join(line + "\n" for line in keep))
 
 
 def _load_model_and_optim(model, optimizer, state: dict, info, load_optim: bool) -> None:
