@@ -105,6 +105,10 @@ class OnePassExactDedup(BaseFilter):
 @register_stage("exact_dedup", ExactDedupParams)
 def build_exact_dedup(p: ExactDedupParams, ctx: BuildContext):
     """Exact dedup on a 128-bit hash of the normalised text; keeps the first copy."""
+    from cuvee.dedup import native_exact
+    from cuvee.pipeline.first_use import kernels_before_run
+
+    kernels_before_run(ctx.stage_name, native_exact.KERNELS, native_exact.warm_up)
     if p.one_pass:
         check_one_pass_recipe(ctx)
         return [OnePassExactDedup(p.memory_budget_mb, exclusion_writer=ctx.exclusion_writer())]

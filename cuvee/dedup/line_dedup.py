@@ -363,9 +363,21 @@ class OnePassLineDedup(BaseFilter):
         return self._decide_batch([doc])[0]
 
 
+def warm_up() -> None:
+    """Compile (or load from numba's on-disk cache) the kernels, as the steps call them."""
+    hashes, n_lines = line_hashes_of(["warm up\nwarm up", ""])
+    distinct_per_document(hashes, n_lines)
+    LineCountTable(1, True, 1 << 20).decide(hashes, n_lines, 0, 1)
+
+
 @register_stage("line_dedup", LineDedupParams)
 def build_line_dedup(p: LineDedupParams, ctx: BuildContext):
     """CCNet / Llama 3 line dedup: remove lines seen in >= k documents of each bucket of N documents."""
+    from cuvee.dedup.line_counts import _decide_and_count
+    from cuvee.dedup.native_lines import line_hashes_batch
+    from cuvee.pipeline.first_use import kernels_before_run
+
+    kernels_before_run(ctx.stage_name, (line_hashes_batch, _distinct_per_document, _decide_and_count), warm_up)
     if p.one_pass:
         check_one_pass_recipe(ctx)
         return [OnePassLineDedup(p.bucket_size, p.min_occurrences, p.count_per_document, p.min_words,

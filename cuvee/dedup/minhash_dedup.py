@@ -327,6 +327,11 @@ class MinhashClusters(PipelineStep):
 def build_minhash_dedup(p: MinhashDedupParams, ctx: BuildContext):
     """MinHash LSH near-duplicate removal (FineWeb: 5-gram shingles, 14 bands x 8 rows), union-find clusters."""
     cfg = p.config()
+    if p.backend == "numba":
+        from cuvee.dedup import native
+        from cuvee.pipeline.first_use import kernels_before_run
+
+        kernels_before_run(ctx.stage_name, native.KERNELS, native.warm_up)
     reuse = [str(check_index(path, cfg)) for path in p.reuse_index]
     folder = ctx.stage_dir()
     index_dir = (p.index_dir or str(folder / "index")) if p.write_index else None

@@ -184,3 +184,6 @@ def warm_up() -> float:
     minhash_signatures(["warm up text", ""], g, g[:2], g[:2])
     shingle_hashes("warm up", g)
     return time.perf_counter() - t
+
+
+KERNELS = (minhash_batch, shingles_of)  # what warm_up compiles (token_minhash only for a tokenizer's shingles)

@@ -162,3 +162,11 @@ def normalized_batch(texts: list[str]) -> list[memoryview]:
         for i, a, z in zip(again, starts.tolist(), ends.tolist()):
             views[i] = mv[2 * a:z]
     return views
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's on-disk cache) the kernel, as :func:`normalized_batch` calls it."""
+    normalized_batch(["Warm Up", ""])
+
+
+KERNELS = (_fold_batch,)

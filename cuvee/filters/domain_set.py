@@ -15,8 +15,8 @@ unreadable cache is rebuilt, an unwritable cache directory only costs the rebuil
 datatrove's own snapshot (:func:`datatrove_blocklist`) is read straight from the tarball in its wheel (no
 124 MB extraction); its list is already sorted and clean, which is checked and then used as the blob
 without a Python sort: a cold build is ~1 s instead of ~10 s. It is built once per machine, under a file
-lock, so the tasks of a run (or two runs) never build it at the same time; the URL filter's builder asks
-for it in the parent process, before any task starts, and says so on stderr when it has to build it.
+lock, so the tasks of a run (or two runs) never build it at the same time; a run builds it in the parent
+process before any task starts (the URL filter's builder declares it, :mod:`cuvee.pipeline.first_use`).
 """
 
 from __future__ import annotations
@@ -157,7 +157,8 @@ def _save(ds: SortedDomainSet, blob_file: Path, off_file: Path, source: str) -> 
             tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp.npy")
             np.save(tmp, arr)
             os.replace(tmp, final)
-        logger.info(f"url filter: cached {len(ds):,} domains from {source} in {blob_file.parent}")
+        # a log line (a task's log file, or -v): the console says it its own way (cuvee.pipeline.first_use)
+        logger.debug(f"url filter: cached {len(ds):,} domains from {source} in {blob_file.parent}")
         return True
     except OSError as e:
         logger.warning(f"url filter: could not write the domain cache under {blob_file.parent} ({e}); "
@@ -224,7 +225,7 @@ def datatrove_blocklist(tarball: Path | None = None, cache: Path | None = None,
             if not (off_file.is_file() and urls_file.is_file()):
                 t0 = time.perf_counter()
                 if announce:
-                    announce(f"url_filter: building the URL blocklist cache (once per machine) in {off_file.parent}")
+                    announce("url_filter: building the URL blocklist cache (once per machine)")
                 found: dict[str, bytes] = {}
                 with open_gzip(tarball, "rb") as gz, tarfile.open(fileobj=gz, mode="r|") as tar:
                     for member in tar:

@@ -282,6 +282,10 @@ class GopherRepetitionParams(_WordsParams):
 @register_stage("gopher_repetition", GopherRepetitionParams)
 def build_gopher_repetition(p: GopherRepetitionParams, ctx: BuildContext):
     """Gopher repetition rules (Rae et al. 2021, table A1): duplicated lines/paragraphs and n-grams."""
+    from cuvee.filters import repetition
+    from cuvee.pipeline.first_use import kernels_before_run
+
+    kernels_before_run(ctx.stage_name, repetition.KERNELS, repetition.warm_up)
     return [CuveeGopherRepetition(
         dup_line_frac=p.dup_line_frac, dup_para_frac=p.dup_para_frac, dup_line_char_frac=p.dup_line_char_frac,
         dup_para_char_frac=p.dup_para_char_frac, top_n_grams=tuple(map(tuple, p.top_n_grams)),

@@ -169,3 +169,13 @@ class PageWords:
         cps, starts, (p1, p2, w1, w2) = self._joined
         out = repeated_ngram_chars(cps, starts, n, p1, p2, w1, w2, *self.mods)
         return find_all_duplicate(self.words, n) if out < 0 else int(out)
+
+
+KERNELS = (prefix_hashes, top_ngram_chars, repeated_ngram_chars)  # what a page's measures compile
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's on-disk cache) the kernels, as a page's measures call them."""
+    words = PageWords("warm up words warm up words".split())
+    words.top_ngram_chars(2)
+    words.repeated_ngram_chars(2)

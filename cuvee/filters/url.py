@@ -19,7 +19,6 @@ listed), ``url``, ``hard_blacklisted`` (banned word), ``soft_blacklisted`` (>= N
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -203,14 +202,10 @@ def build_url_filter_step(p: URLFilterParams, exclusion_writer=None) -> CuveeURL
 def build_url_filter(p: URLFilterParams, ctx: BuildContext):
     """FineWeb URL filter: UT1 blocklisted domains/URLs plus banned, sub- and soft-banned words in the URL."""
     if p.use_datatrove_blocklist:
-        prepare_blocklist()
+        from cuvee.filters.domain_set import blocklist_cached, datatrove_blocklist
+        from cuvee.pipeline.first_use import before_run
+
+        # built in the parent before the tasks start, said on the console: the tasks only memory-map it
+        before_run(ctx.stage_name, "building the URL blocklist cache (4.5M domains)", lambda: not blocklist_cached(),
+                   datatrove_blocklist)
     return [build_url_filter_step(p, ctx.exclusion_writer())]
-
-
-def prepare_blocklist() -> None:
-    """Build the UT1 blocklist cache here (the parent, at compile time) if this machine has none yet, saying
-    so on stderr: the run's tasks then only memory-map it instead of each building it at once."""
-    from cuvee.filters.domain_set import blocklist_cached, datatrove_blocklist
-
-    if not blocklist_cached():
-        datatrove_blocklist(announce=lambda line: print(line, file=sys.stderr, flush=True))

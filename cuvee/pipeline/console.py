@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -123,6 +124,23 @@ def quiet_datatrove(verbose: bool, where: str = "the run folder's logs/"):
 
 if os.environ.get(_ENV):  # a task process of a quiet run: cuvee's steps import this module when unpickled
     install_quiet(os.environ[_ENV])
+
+
+def timed(label: str, do: Callable[[], object], stream=None) -> float:
+    """``label ... 4.2 s`` on one line around ``do()`` (the label first, so a wait is explained while it lasts):
+    the console's one way of saying what takes time before a run's phases start (compiling kernels,
+    starting Ray). Returns the seconds."""
+    stream = stream or sys.stderr
+    stream.write(f"{label} ...")
+    stream.flush()
+    t0 = time.perf_counter()
+    try:
+        do()
+    finally:
+        took = time.perf_counter() - t0
+        stream.write(f" {took:.1f} s\n")
+        stream.flush()
+    return took
 
 
 def _total(v) -> int:
