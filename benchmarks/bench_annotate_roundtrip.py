@@ -38,8 +38,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cuvee.classifiers.annotate import load_prompt
 from cuvee.classifiers.llm_server import KeyedResponder, serve
+from cuvee.llm.prompt import load_prompt
 from cuvee.train.demo_data import load_wcxb
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cuvee.classifiers.annotate import load_prompt
 from cuvee.classifiers.cli import classify
 from cuvee.classifiers.llm_server import KeyedResponder, serve
+from cuvee.llm.prompt import load_prompt
 
 
 @pytest.fixture()

@@ -15,14 +15,15 @@ from click.testing import CliRunner
 from datatrove.data import Document
 
 from cuvee.classifiers.annotate import (
-    load_prompt,
     parse_score,
     read_score,
     sample_documents,
 )
-from cuvee.classifiers.annotations_file import load_done
+from cuvee.classifiers.annotations_file import read_done
 from cuvee.classifiers.cli import classify
 from cuvee.classifiers.llm_server import KeyedResponder, serve
+from cuvee.kernel.ledger import Ledger
+from cuvee.llm.prompt import load_prompt
 from cuvee.train.demo_data import load_wcxb, split_heldout
 
 N_DOCS = 6
@@ -137,8 +138,9 @@ def test_partial_last_line_is_dropped(tmp_path):
     p = tmp_path / "a.jsonl"
     first = json.dumps({"id": "a", **OWN}) + "\n"
     p.write_text(first + '{"id": "b", "sco')
-    done, dropped = load_done(p)
-    assert set(done) == {"a"} and dropped == 1 and p.read_text() == first
+    done, contents = read_done(p)
+    Ledger(p, contents).close()
+    assert set(done) == {"a"} and contents.torn == 1 and p.read_text() == first
 
 
 # ---------------------------------------------------------------- local model

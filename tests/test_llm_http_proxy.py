@@ -15,8 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from cuvee.classifiers.llm_http import AnnotateError, HttpLM, ResponseError
 from cuvee.classifiers.llm_server import LLMServer
+from cuvee.llm.backend import LLMError, ResponseError
+from cuvee.llm.endpoint import HttpLM
 
 HOP = {"connection", "keep-alive", "proxy-authorization", "proxy-connection", "te", "trailer", "transfer-encoding",
        "upgrade", "content-length"}
@@ -214,7 +215,7 @@ def test_total_deadline_covers_a_proxy_trickling_its_connect_answer(env):
     t.start()
     env.setenv("https_proxy", f"http://127.0.0.1:{listener.getsockname()[1]}")
     try:
-        with pytest.raises(AnnotateError) as e:
+        with pytest.raises(LLMError) as e:
             HttpLM("https://127.0.0.1:9/v1", "m", retries=0, timeout=0.5).complete("rate this")
     finally:
         stop.set()
@@ -226,7 +227,7 @@ def test_total_deadline_covers_a_proxy_trickling_its_connect_answer(env):
 @pytest.mark.parametrize("setting", ["socks5://127.0.0.1:1080", "http://127.0.0.1:99999"])
 def test_unusable_proxy_setting_is_refused_before_any_request(env, setting):
     env.setenv("https_proxy", setting)
-    with pytest.raises(AnnotateError) as e:
+    with pytest.raises(LLMError) as e:
         HttpLM("https://api.example.org/v1", "m")
     assert "https_proxy" in str(e.value) and setting in str(e.value)
 
@@ -236,6 +237,6 @@ def test_unreachable_proxy_is_a_connection_failure_not_a_direct_request(env, llm
     port = dead.getsockname()[1]
     dead.close()
     env.setenv("http_proxy", f"http://127.0.0.1:{port}")
-    with pytest.raises(AnnotateError, match="gave up after 1 attempts"):
+    with pytest.raises(LLMError, match="gave up after 1 attempts"):
         HttpLM(llm.url, "m", retries=0).complete("rate this")
     assert llm.requests == 0  # never went around the proxy

@@ -439,5 +439,5 @@ def test_where_key_no_document_has_is_one_line_and_generates_nothing(run_dir, to
     with serve(responder=rewriter, model_name="scripted") as srv:
         r = cli(run_dir, *endpoint_args(srv, tokenizer_dir, tmp_path / "o", "--where", "{quality_buckt: {lte: 9}}"))
         assert r.exit_code != 0 and len(r.output.strip().splitlines()) == 1, r.output
-        assert "no document has the key 'quality_buckt' (did you mean 'quality_bucket'?)" in r.output
+        assert "no document has metadata 'quality_buckt'; did you mean 'quality_bucket'?" in r.output  # the mixer's words
         assert "--fresh" in r.output and srv.requests == 0

@@ -2,9 +2,9 @@
 
 The file is named by the user, so it may be theirs. cuvee appends to it only when every record in it is
 one cuvee wrote for this annotator (the fields of :data:`OWN_FIELDS`, the same model and prompt hash);
-any other content is refused in one line, before any request, and never rewritten. The only repair is of
-cuvee's own last write: a final line cut by a kill (an unparsable prefix of a record) is cut off and redone,
-and a complete last record that lost its newline gets it back. A sibling lock file
+any other content is refused in one line, before any request, and never rewritten. It is a resume ledger
+(:mod:`cuvee.kernel.ledger`): the only repair is of cuvee's own last write, a torn last line cut off and
+redone, a complete last record that lost its newline given it back. A sibling lock file
 (``.<name>.cuvee.lock``) keeps two annotate processes off the same file.
 
 The file is also bound to its plan (``outputs.claim_file``, as ``classify apply -o``): ``<out>.json`` records
@@ -17,93 +17,40 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
-from cuvee.classifiers.llm_http import AnnotateError
 from cuvee.folders import FolderError, FolderLock
+from cuvee.kernel import ledger
+from cuvee.kernel.errors import UserError
 
 OWN_FIELDS = ("id", "text_sha256", "score", "answer", "model", "prompt", "prompt_sha256", "prompt_tokens",
               "completion_tokens")
 KIND = "classify-annotate"  # the kind in the <out>.json marker
-RECORD_HEAD = b'{"id": '  # how every record cuvee writes begins (json.dumps, "id" first)
+ADVICE = "; cuvee appends only to annotation files it wrote: use another --out"
 
 
-def _torn(line: bytes) -> bool:
-    """A prefix of a record cuvee was writing when it was killed (not JSON, begins like a record)."""
-    head = line[: len(RECORD_HEAD)]
-    return RECORD_HEAD.startswith(head) if head else False
+class AnnotateError(UserError):
+    """A refusal or failure of ``classify annotate`` the user has to act on (a file cuvee did not write, a
+    changed input, a prompt that is not a template): one line."""
 
 
-def _check_record(path: Path, n: int, rec, model: str | None, prompt_sha256: str | None) -> None:
-    missing = [k for k in OWN_FIELDS if not isinstance(rec, dict) or k not in rec]
-    if missing:
-        raise AnnotateError(f"{path}: line {n} is not a cuvee annotation (no {', '.join(missing[:3])}); cuvee appends "
-                            f"only to annotation files it wrote: use another --out")
-    if (model is not None and rec["model"] != model) or (prompt_sha256 is not None and rec["prompt_sha256"] != prompt_sha256):
-        raise AnnotateError(f"{path} holds annotations by model {rec['model']!r} / prompt "
-                            f"{str(rec['prompt_sha256'])[:12]}; this run is {model!r} / {str(prompt_sha256)[:12]}: "
-                            "use another --out")
-
-
-def load_done(path: str | Path, model: str | None = None, prompt_sha256: str | None = None) -> tuple[dict[str, dict], int]:
-    """Records already in ``path`` by id, and how many torn lines were cut (0 or 1).
-
-    Refuses (AnnotateError) a file with any line that is not a cuvee annotation for ``model`` / ``prompt_sha256``
-    (None: any), before changing a byte of it."""
-    done, keep = read_done(path, model, prompt_sha256)
-    return done, repair(path, keep)
-
-
-def read_done(path: str | Path, model: str | None = None, prompt_sha256: str | None = None) -> tuple[dict[str, dict], int]:
-    """Records already in ``path`` by id, and where cuvee's own file should end (a torn last line cut off);
-    refuses anything that is not a cuvee annotation for ``model`` / ``prompt_sha256``. Changes nothing."""
-    path = Path(path)
-    if not path.exists():
-        return {}, 0
-    if not path.is_file():
-        raise AnnotateError(f"{path}: not a file; give --out a JSONL file path")
-    data = path.read_bytes()
-    lines = data.split(b"\n")  # the last element is what follows the last newline ("" when the file ends in one)
-    while len(lines) > 1 and not lines[-1].strip():
-        lines.pop()
+def read_done(path: str | Path, model: str | None = None,
+              prompt_sha256: str | None = None) -> tuple[dict[str, dict], ledger.Contents]:
+    """Records already in ``path`` by id, and the ledger contents to open it with; refuses anything that is not
+    a cuvee annotation for ``model`` / ``prompt_sha256`` (None: any). Changes nothing."""
+    contents = ledger.read(path, ADVICE)
     done: dict[str, dict] = {}
-    keep = len(data)
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            if i == len(lines) - 1 and _torn(line.strip()):
-                keep = data.rfind(line)
-                continue
-            raise AnnotateError(f"{path}: line {i + 1} is not JSON; not an annotations file cuvee wrote: "
-                                "use another --out") from None
-        _check_record(path, i + 1, rec, model, prompt_sha256)
+    for n, rec in enumerate(contents.records, 1):
+        missing = [k for k in OWN_FIELDS if k not in rec]
+        if missing:
+            raise AnnotateError(f"{path}: line {n} is not a cuvee annotation (no {', '.join(missing[:3])}){ADVICE}")
+        if (model is not None and rec["model"] != model) or \
+                (prompt_sha256 is not None and rec["prompt_sha256"] != prompt_sha256):
+            raise AnnotateError(f"{path} holds annotations by model {rec['model']!r} / prompt "
+                                f"{str(rec['prompt_sha256'])[:12]}; this run is {model!r} / {str(prompt_sha256)[:12]}: "
+                                "use another --out")
         done[str(rec["id"])] = rec
-    return done, keep
-
-
-def repair(path: str | Path, keep: int) -> int:
-    """Cut cuvee's torn last line (the file ends at ``keep``) or give a complete last record its newline back;
-    returns how many lines were cut (0 or 1)."""
-    path = Path(path)
-    if not path.exists():
-        return 0
-    size = path.stat().st_size
-    if keep != size:
-        with open(path, "r+b") as f:
-            f.truncate(keep)
-        return 1
-    if size:
-        with open(path, "rb") as f:
-            f.seek(size - 1)
-            last = f.read(1)
-        if last != b"\n":  # cuvee's own last record, cut just before its newline
-            with open(path, "ab") as f:
-                f.write(b"\n")
-    return 0
+    return done, contents
 
 
 def check_texts(path: Path, done: dict[str, dict], sample: list) -> None:
@@ -136,14 +83,10 @@ def plan(input_files: list[str], model: str, prompt: str, prompt_sha256: str, se
     """What the file's records stand for: the annotator, the sample settings and the input files, each stamped
     (size, mtime, head/tail SHA-256): a rewrite or another input set is another plan. ``--n`` is left out on
     purpose: a larger sample extends a smaller one (same seed), so the file can be grown."""
-    from cuvee.pipeline.plan import local_file_stamp
+    from cuvee.kernel.stamps import stamps
 
-    inputs = {}
-    for f in input_files:
-        size, stamp = local_file_stamp(f)
-        inputs[os.path.abspath(f)] = {"bytes": size, **stamp}
     return {"command": "classify annotate", "model": model, "prompt": prompt, "prompt_sha256": prompt_sha256,
-            "settings": settings, "inputs": inputs}
+            "settings": settings, "inputs": stamps(input_files)}
 
 
 def marker(out: Path) -> Path:
@@ -178,7 +121,7 @@ def claim(out: Path, plan: dict, fresh: bool) -> FolderLock:
 
 def bind(out: Path, plan: dict) -> None:
     """Record ``plan`` as the one ``out`` is written for, before the first record is appended."""
-    from cuvee.classifiers.outputs import write_json
+    from cuvee.kernel.atomic import write_json
 
     write_json(marker(out), {"kind": KIND, "plan": plan})
 
@@ -186,5 +129,5 @@ def bind(out: Path, plan: dict) -> None:
 def _own_records(out: Path) -> bool:
     try:
         return bool(read_done(out)[0])
-    except AnnotateError:
+    except UserError:
         return False

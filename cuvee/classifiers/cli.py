@@ -30,13 +30,13 @@ def _one_line(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         from cuvee.classifiers.fasttext_check import FastTextFileError
-        from cuvee.classifiers.llm_http import AnnotateError
         from cuvee.folders import FolderError
         from cuvee.hf_loading import ModelLoadError
+        from cuvee.kernel.errors import UserError
 
         try:
             return fn(*args, **kwargs)
-        except (FastTextFileError, ModelLoadError, AnnotateError, FolderError, FileNotFoundError) as e:
+        except (FastTextFileError, ModelLoadError, UserError, FolderError, FileNotFoundError) as e:
             raise click.ClickException(" ".join(str(e).split())) from None
 
     return wrapper
@@ -302,18 +302,17 @@ def annotate_cmd(inputs, out, model, endpoint, api, api_key_env, prompt, n, seed
 
     The file is cuvee's own and bound to its plan (``<out>.json``: the input files, model, prompt and settings;
     a larger --n extends it): a rerun with another plan is refused untouched unless --fresh."""
-    from cuvee.classifiers.annotate import LocalLM, annotate, load_prompt
-    from cuvee.classifiers.llm_http import AnnotateError, HttpLM
+    from cuvee.classifiers.annotate import annotate
+    from cuvee.kernel.errors import UserError
+    from cuvee.llm.endpoint import HttpLM, api_key_from_env
+    from cuvee.llm.local import LocalLM
+    from cuvee.llm.prompt import load_prompt
 
     try:
         template = load_prompt(prompt)
         if endpoint:
-            key = None
-            if api_key_env:
-                key = os.environ.get(api_key_env)
-                if not key:
-                    raise AnnotateError(f"--api-key-env {api_key_env}: that environment variable is not set")
-            backend = HttpLM(endpoint, model, api=api, api_key=key, max_new_tokens=max_new_tokens, timeout=timeout,
+            backend = HttpLM(endpoint, model, api=api, api_key=api_key_from_env(api_key_env),
+                             max_new_tokens=max_new_tokens, timeout=timeout,
                              retries=retries, concurrency=concurrency, tokenizer=tokenizer,
                              max_bytes=max_response_bytes)
         else:
@@ -321,7 +320,7 @@ def annotate_cmd(inputs, out, model, endpoint, api, api_key_env, prompt, n, seed
         summary = annotate(inputs, out, backend, template, n=n, seed=seed, max_chars=max_chars, limit=limit,
                            store_text=store_text, price_per_mtok=tuple(price_per_mtok) if price_per_mtok else None,
                            progress=progress, fresh=fresh)
-    except (AnnotateError, FileNotFoundError) as e:
+    except (UserError, FileNotFoundError) as e:
         raise click.ClickException(" ".join(str(e).split())) from None
     click.echo(json.dumps(summary, indent=2))
 

@@ -27,17 +27,18 @@ class HFResponder:
     """Greedy generation with a local causal LM, serialised by a lock (CPU torch is not re-entrant here)."""
 
     def __init__(self, model_dir: str, device: str = "auto"):
-        from cuvee.classifiers.annotate import load_causal_lm
+        from cuvee.llm.local import load_causal_lm
 
         self.model, self.tok = load_causal_lm(model_dir, device)
         self._lock = threading.Lock()
 
     def __call__(self, prompt: str, max_tokens: int, chat: bool = True) -> tuple:
-        from cuvee.classifiers.annotate import encode_prompt, generate_greedy
+        from cuvee.llm.local import encode_prompt, generate
 
         ids = encode_prompt(self.tok, prompt) if chat else list(self.tok(prompt)["input_ids"])
         with self._lock:
-            return generate_greedy(self.model, self.tok, ids, max_tokens)
+            c = generate(self.model, self.tok, [ids], max_tokens)[0]
+        return c.text, c.prompt_tokens, c.completion_tokens
 
 
 class KeyedResponder:
@@ -141,7 +142,7 @@ def _handler(server: LLMServer):
             if status:
                 return self._send(status, {"error": {"message": f"injected fault on request {n}"}}, {"Retry-After": "0"})
             if chat:
-                from cuvee.classifiers.annotate import messages_to_prompt
+                from cuvee.llm.local import messages_to_prompt
 
                 msgs = body.get("messages")
                 if not isinstance(msgs, list) or not msgs:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-REASONS = ("empty", "truncated", "prompt_copy", "copied_input")
+REASONS = ("empty", "truncated", "prompt_copy", "copied_input")  # and invalid_unicode, named by the backend
 _WORD = re.compile(r"\w+", re.UNICODE)
 N = 5
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 from pathlib import Path
 
 import click
@@ -14,9 +13,8 @@ STYLES = ("wikipedia", "diverse_qa", "distill", "extract_knowledge", "knowledge_
 
 def load_style(name: str):
     """A shipped style (``wikipedia`` or ``rephrase_wikipedia``) or a template file with ``{text}``."""
-    from cuvee.classifiers.annotate import load_prompt
-    from cuvee.classifiers.llm_http import AnnotateError
-    from cuvee.rephrase.ledger import RephraseError
+    from cuvee.llm.prompt import load_prompt
+    from cuvee.rephrase.records import RephraseError
 
     if not Path(name).is_file() and name in STYLES:
         name = f"rephrase_{name}"
@@ -25,10 +23,7 @@ def load_style(name: str):
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise RephraseError(f"--prompt {name}: not a template file and not a shipped style{hint}; "
                             f"styles: {', '.join(STYLES)}")
-    try:
-        return load_prompt(name)
-    except AnnotateError as e:
-        raise RephraseError(str(e)) from None
+    return load_prompt(name)
 
 
 def _tokenizer(tokenizer: str | None, model: str, max_input_tokens: int):
@@ -38,7 +33,7 @@ def _tokenizer(tokenizer: str | None, model: str, max_input_tokens: int):
         load_tokenizer_offline,
         pretrained,
     )
-    from cuvee.rephrase.ledger import RephraseError
+    from cuvee.rephrase.records import RephraseError
 
     if not max_input_tokens:
         return None, None
@@ -59,7 +54,7 @@ def _tokenizer(tokenizer: str | None, model: str, max_input_tokens: int):
 
 def parse_where(text: str | None) -> dict | None:
     """``--where`` as a YAML / JSON mapping in the mixer's where syntax, loaded with cuvee's bounded YAML loader."""
-    from cuvee.rephrase.ledger import RephraseError
+    from cuvee.rephrase.records import RephraseError
     from cuvee.rephrase.run import check_rephrase_where
     from cuvee.yaml_safe import YamlLoadError, load_yaml
 
@@ -106,9 +101,11 @@ def rephrase_cmd(inputs, out, prompt, model, endpoint, api, api_key_env, tokeniz
                  temperature, top_p, seed, max_input_similarity, max_prompt_copy, concurrency, batch_size, retries,
                  timeout, max_response_bytes, where, limit, price_per_mtok, device, fresh):
     """Rewrite a run's documents with an LLM (Nemotron-CC styles) into a folder the mixer reads as a source."""
-    from cuvee.classifiers.llm_http import AnnotateError, HttpLM
+    from cuvee.kernel.errors import UserError
+    from cuvee.llm.endpoint import HttpLM, api_key_from_env
+    from cuvee.llm.local import LocalLM
     from cuvee.rephrase.checks import Checks
-    from cuvee.rephrase.ledger import RephraseError
+    from cuvee.rephrase.records import RephraseError
     from cuvee.rephrase.run import Settings, rephrase
 
     try:
@@ -123,21 +120,15 @@ def rephrase_cmd(inputs, out, prompt, model, endpoint, api, api_key_env, tokeniz
         template = load_style(prompt)
         where = parse_where(where)
         if endpoint:
-            key = os.environ.get(api_key_env) if api_key_env else None
-            if api_key_env and not key:
-                raise RephraseError(f"--api-key-env {api_key_env}: that environment variable is not set")
-            backend = HttpLM(endpoint, model, api=api, api_key=key, max_new_tokens=max_new_tokens, timeout=timeout,
-                             retries=retries, concurrency=concurrency, tokenizer=tokenizer, max_bytes=max_response_bytes,
-                             temperature=temperature, top_p=top_p, seed=seed)
+            backend = HttpLM(endpoint, model, api=api, api_key=api_key_from_env(api_key_env), max_new_tokens=max_new_tokens,
+                             timeout=timeout, retries=retries, concurrency=concurrency, tokenizer=tokenizer,
+                             max_bytes=max_response_bytes, temperature=temperature, top_p=top_p, seed=seed)
             tok, tok_name = _tokenizer(tokenizer, model, max_input_tokens)
         else:
-            from cuvee.rephrase.local_lm import BatchLocalLM
-
-            backend = BatchLocalLM(model, max_new_tokens, batch_size, device, temperature, top_p, seed)
-            api = "local"
+            backend = LocalLM(model, max_new_tokens, batch_size, device, temperature, top_p, seed)
             tok, tok_name = (backend.tokenizer, model) if max_input_tokens else (None, None)
-        summary = rephrase(inputs, out, backend, template, settings, api=api, tokenizer=tok, tokenizer_name=tok_name,
+        summary = rephrase(inputs, out, backend, template, settings, tokenizer=tok, tokenizer_name=tok_name,
                            limit=limit, fresh=fresh, price_per_mtok=tuple(price_per_mtok) if price_per_mtok else None, where=where)
-    except (RephraseError, AnnotateError) as e:
+    except UserError as e:
         raise click.ClickException(" ".join(str(e).split())) from None
     click.echo(json.dumps(summary, indent=2))

@@ -1,12 +1,14 @@
-"""An OpenAI-compatible completion endpoint as an annotation backend, with bounded cost per request.
+"""An OpenAI-compatible completion endpoint as an LLM job backend, with bounded cost per request.
 
 A server is input like any other: it may answer slowly, hugely or in the wrong shape. Every request has a
 total deadline (``timeout``: connect, headers and body together; a server trickling one byte a second is
 cut off at the deadline, not kept alive by each byte), a response size cap (``max_bytes``: a 1 GB answer
 is refused after ``max_bytes``, never held in memory), and a response that is not the documented shape
 (``content`` not a string, ``usage`` counts not integers) is a :class:`ResponseError` for that document,
-counted by the caller, instead of a traceback. Transient failures (timeouts, cut connections, 408/409/425/
-429/5xx, honouring ``Retry-After``) are retried by :class:`cuvee.pipeline.retry.RetryPolicy`.
+counted by the caller, instead of a traceback. An answer that is not valid Unicode (a lone surrogate escaped in
+the JSON) comes back with ``Completion.problem`` set, for the job to drop under that reason. Transient failures
+(timeouts, cut connections, 408/409/425/429/5xx, honouring ``Retry-After``) are retried by
+:class:`cuvee.pipeline.retry.RetryPolicy`.
 """
 
 from __future__ import annotations
@@ -14,29 +16,18 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
 import socket
 import threading
 import urllib.parse
-from typing import NamedTuple
 
-from cuvee.classifiers.http_route import ProxyConfigError, proxy_for, route
+from cuvee.llm.backend import Completion, LLMError, ResponseError, writable
+from cuvee.llm.route import ProxyConfigError, proxy_for, route
 from cuvee.pipeline.retry import RetryPolicy
 
 RETRY_STATUS = frozenset({408, 409, 425, 429})
 MAX_RESPONSE_BYTES = 8 << 20  # an answer of 256 tokens is a few KB; 8 MB leaves room for any sane server
 MAX_RETRY_AFTER_S = 60.0
-
-
-class AnnotateError(Exception):
-    """A failure the user has to act on (unreachable endpoint, mismatched output file): reported in one line."""
-
-
-class ResponseError(AnnotateError):
-    """The endpoint answered this one document with something unusable; ``reason`` is the counted key."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
 
 
 class _Transient(Exception):
@@ -45,14 +36,6 @@ class _Transient(Exception):
     def __init__(self, message: str, retry_after: float | None = None):
         super().__init__(message)
         self.retry_after = retry_after
-
-
-class Completion(NamedTuple):
-    text: str
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    retries: int = 0
-    finish_reason: str | None = None  # "stop", "length" (cut by max_tokens), ...; None when the server sent none
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -147,22 +130,35 @@ def parse_completion(resp, chat: bool) -> tuple[str, int | None, int | None]:
     return text, _count(usage, "prompt_tokens"), _count(usage, "completion_tokens")
 
 
+def api_key_from_env(var: str | None) -> str | None:
+    """The API key held by environment variable ``var`` (``--api-key-env``); None when no variable is named."""
+    if var is None:
+        return None
+    key = os.environ.get(var)
+    if not key:
+        raise LLMError(f"--api-key-env {var}: that environment variable is not set")
+    return key
+
+
 class HttpLM:
     """An OpenAI-compatible endpoint (``{endpoint}/chat/completions`` or ``/completions``); temperature 0 unless
-    asked (``temperature``, ``top_p`` and ``seed`` are sent only when set, for generation such as rephrasing)."""
+    asked (``temperature``, ``top_p`` and ``seed`` are sent only when set, for generation such as rephrasing).
+    One prompt per request, ``concurrency`` requests in flight (the driver's threads)."""
+
+    batch_size = 1
 
     def __init__(self, endpoint: str, model: str, api: str = "chat", api_key: str | None = None, max_new_tokens: int = 256,
                  timeout: float = 120.0, retries: int = 5, backoff: float = 1.0, concurrency: int = 8,
                  tokenizer: str | None = None, max_bytes: int = MAX_RESPONSE_BYTES, temperature: float = 0.0,
                  top_p: float | None = None, seed: int | None = None):
         if urllib.parse.urlsplit(endpoint).scheme not in ("http", "https"):
-            raise AnnotateError(f"--endpoint {endpoint}: give an http:// or https:// URL")
+            raise LLMError(f"--endpoint {endpoint}: give an http:// or https:// URL")
         if timeout <= 0 or max_bytes <= 0:
-            raise AnnotateError("--timeout and --max-response-bytes must be positive")
+            raise LLMError("--timeout and --max-response-bytes must be positive")
         try:
             proxy_for(endpoint)  # a proxy setting it cannot use is refused before any request
         except ProxyConfigError as e:
-            raise AnnotateError(f"--endpoint {endpoint}: {e}") from None
+            raise LLMError(f"--endpoint {endpoint}: {e}") from None
         self.endpoint = endpoint.rstrip("/")
         self.name = model
         self.api = api
@@ -185,8 +181,8 @@ class HttpLM:
 
     def _count_tokens(self, prompt: str, answer: str) -> tuple[int | None, int | None]:
         """Token counts when the endpoint sends no ``usage``: the model's tokenizer, if it loads offline."""
-        from cuvee.classifiers.annotate import encode_prompt
         from cuvee.hf_loading import load_tokenizer_offline
+        from cuvee.llm.local import encode_prompt
 
         with self._tok_lock:
             if self._tok is None:
@@ -207,9 +203,15 @@ class HttpLM:
             text, pt, ct = parse_completion(resp, self.api == "chat")
         except ResponseError as e:
             raise ResponseError(e.reason, f"{self.url}: {e}") from None
+        problem = None if writable(text) else "invalid_unicode"
+        if problem:
+            text = text.encode("utf-8", "replace").decode("utf-8")  # each lone surrogate becomes "?"
         if pt is None or ct is None:
             pt, ct = self._count_tokens(prompt, text)
-        return Completion(text, pt, ct, retries, finish_reason_of(resp))
+        return Completion(text, pt, ct, retries, finish_reason_of(resp), problem)
+
+    def complete_many(self, prompts: list[str]) -> list[Completion]:
+        return [self.complete(p) for p in prompts]
 
     def _attempt(self, data: bytes, headers: dict):
         try:
@@ -226,7 +228,7 @@ class HttpLM:
             detail = " ".join(raw[:4096].decode("utf-8", "replace").split())[:200]
             if status in RETRY_STATUS or status >= 500:
                 raise _Transient(f"HTTP {status} {detail}".strip(), _retry_after(retry_after))
-            raise AnnotateError(f"{self.url}: HTTP {status} {detail}")
+            raise LLMError(f"{self.url}: HTTP {status} {detail}")
         try:
             return json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):
@@ -241,4 +243,4 @@ class HttpLM:
         try:
             return self.policy.call(lambda: self._attempt(data, headers), retries.append), len(retries)
         except _Transient as e:
-            raise AnnotateError(f"{self.url}: {e} (gave up after {self.policy.retries + 1} attempts)") from None
+            raise LLMError(f"{self.url}: {e} (gave up after {self.policy.retries + 1} attempts)") from None

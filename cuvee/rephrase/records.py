@@ -1,33 +1,32 @@
-"""The rephrase output folder's files: append-only records that make a rerun generate nothing twice.
+"""The rephrase output folder's records: three resume ledgers that make a rerun generate nothing twice.
 
-Every generated answer is appended the moment it arrives, in exactly one of three files:
+Every generated answer is appended the moment it arrives, in exactly one of three files, each a
+:class:`cuvee.kernel.ledger.Ledger` (one line per record, a torn last line cut and redone on resume, any other
+unreadable line refused as a change made outside cuvee):
 
 ``rephrased.jsonl``   a finished document (the mix source: the only ``.jsonl`` in the folder), its
                       provenance in ``metadata`` (``rephrase_source_id`` is what a rerun skips by);
 ``rejected.ndjson``   a source document dropped by a check, with the reason and the tokens it cost;
 ``parts.ndjson``      a rewritten piece of a long document whose other pieces are not all done yet.
-
-Each record is one line written by one ``write`` to a file opened for appending, so a ``kill -9`` leaves
-either the whole line or none of it; a line cut by anything harsher (power loss) is the file's last and
-has no newline, and is cut off when the folder is opened again. Any other unreadable line means the
-folder was changed outside cuvee, and it is refused rather than guessed at.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from cuvee.kernel.errors import UserError
+from cuvee.kernel.ledger import Ledger
 
 DOCS = "rephrased.jsonl"
 REJECTED = "rejected.ndjson"
 PARTS = "parts.ndjson"
 SUMMARY = "rephrase_summary.json"
+ADVICE = "; the folder was changed outside cuvee: start again with --fresh or use another --out"
 
 
-class RephraseError(Exception):
-    """A refusal or failure the user has to act on; reported in one line."""
+class RephraseError(UserError):
+    """A refusal or failure of ``cuvee rephrase`` the user has to act on; reported in one line."""
 
 
 @dataclass
@@ -44,94 +43,64 @@ class Totals:
         self.completion_tokens += completion_tokens or 0
 
 
-def _read_lines(path: Path) -> tuple[list[dict], int]:
-    """The records of ``path`` and the number of torn last lines cut off (0 or 1)."""
-    if not path.exists():
-        return [], 0
-    data = path.read_bytes()
-    cut = 0
-    if data and not data.endswith(b"\n"):
-        keep = data.rfind(b"\n") + 1
-        with open(path, "r+b") as f:
-            f.truncate(keep)
-        data, cut = data[:keep], 1
-    records = []
-    for n, line in enumerate(data.split(b"\n")[:-1], 1):
-        try:
-            rec = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            rec = None
-        if not isinstance(rec, dict) or "id" not in rec:
-            raise RephraseError(f"{path}: line {n} is not a record cuvee wrote; the folder was changed outside "
-                                "cuvee: start again with --fresh or use another --out")
-        records.append(rec)
-    return records, cut
-
-
-class Ledger:
-    """The three record files of one output folder, opened for appending; ``done`` and ``parts`` as found."""
+class Records:
+    """The three ledgers of one output folder, opened for appending; ``done`` and ``parts`` as found."""
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
-        docs, c1 = _read_lines(self.folder / DOCS)
-        rejected, c2 = _read_lines(self.folder / REJECTED)
-        parts, c3 = _read_lines(self.folder / PARTS)
-        self.torn_lines_cut = c1 + c2 + c3
+        self.ledgers: dict[str, Ledger] = {}
+        try:
+            for name in (DOCS, REJECTED, PARTS):
+                self.ledgers[name] = Ledger(self.folder / name, advice=ADVICE)
+                for n, rec in enumerate(self.ledgers[name].records, 1):
+                    if "id" not in rec:
+                        raise RephraseError(f"{self.folder / name}: line {n} is not a record cuvee wrote{ADVICE}")
+        except BaseException:
+            self.close()
+            raise
+        self.torn_lines_cut = sum(led.contents.torn for led in self.ledgers.values())
         self.totals = Totals()
         self.done: set[str] = set()
-        for rec in docs:
+        for rec in self.ledgers[DOCS].records:
             meta = rec.get("metadata") or {}
             self.done.add(str(meta.get("rephrase_source_id")))
             self.totals.documents += 1
             self.totals.add_tokens(meta.get("rephrase_prompt_tokens"), meta.get("rephrase_completion_tokens"))
-        for rec in rejected:
+        for rec in self.ledgers[REJECTED].records:
             self.done.add(str(rec["id"]))
             self.totals.dropped[rec["reason"]] = self.totals.dropped.get(rec["reason"], 0) + 1
             self.totals.add_tokens(rec.get("prompt_tokens"), rec.get("completion_tokens"))
         self.parts: dict[str, dict[int, dict]] = {}  # source id -> piece index -> record, for unfinished documents
-        for rec in parts:
+        for rec in self.ledgers[PARTS].records:
             if str(rec["id"]) not in self.done:
                 self.parts.setdefault(str(rec["id"]), {})[int(rec["piece"])] = rec
-        self._fds = {name: os.open(self.folder / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                     for name in (DOCS, REJECTED, PARTS)}
 
     def pending_part_tokens(self) -> tuple[int, int]:
         """Tokens already spent on pieces of documents not finished yet."""
         recs = [r for pieces in self.parts.values() for r in pieces.values()]
         return sum(r.get("prompt_tokens") or 0 for r in recs), sum(r.get("completion_tokens") or 0 for r in recs)
 
-    def _append(self, name: str, rec: dict) -> None:
-        data = (json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8")
-        view = memoryview(data)
-        while view:  # one write for a regular file; the loop only matters on a short write (disk full)
-            view = view[os.write(self._fds[name], view):]
-
     def document(self, rec: dict) -> None:
-        self._append(DOCS, rec)
+        self.ledgers[DOCS].append(rec)
         meta = rec["metadata"]
         self._close(str(meta["rephrase_source_id"]))
         self.totals.documents += 1
         self.totals.add_tokens(meta.get("rephrase_prompt_tokens"), meta.get("rephrase_completion_tokens"))
 
     def reject(self, rec: dict) -> None:
-        self._append(REJECTED, rec)
+        self.ledgers[REJECTED].append(rec)
         self._close(str(rec["id"]))
         self.totals.dropped[rec["reason"]] = self.totals.dropped.get(rec["reason"], 0) + 1
         self.totals.add_tokens(rec.get("prompt_tokens"), rec.get("completion_tokens"))
 
     def part(self, rec: dict) -> None:
-        self._append(PARTS, rec)
+        self.ledgers[PARTS].append(rec)
         self.parts.setdefault(str(rec["id"]), {})[int(rec["piece"])] = rec
 
     def _close(self, source_id: str) -> None:
         self.done.add(source_id)
         self.parts.pop(source_id, None)
 
-    def sync(self) -> None:
-        for fd in self._fds.values():
-            os.fsync(fd)
-
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds = {}
+        for led in self.ledgers.values():
+            led.close()

@@ -1,6 +1,6 @@
 """How an HTTP request reaches its server: directly, or through the proxy the environment names.
 
-``llm_http`` speaks ``http.client`` itself (for its total deadline and size cap), so it has to choose the
+``endpoint`` speaks ``http.client`` itself (for its total deadline and size cap), so it has to choose the
 proxy the way ``urllib`` would: ``urllib.request.getproxies()`` (``http_proxy`` / ``https_proxy``, upper or
 lower case) and ``urllib.request.proxy_bypass()`` (``no_proxy``). An ``http://`` URL is sent to the proxy as
 an absolute-URI request; an ``https://`` one goes through a ``CONNECT`` tunnel (``set_tunnel``), so TLS
