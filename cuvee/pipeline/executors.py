@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from cuvee.pipeline.compiler import Job
+from cuvee.pipeline.console import timed
 from cuvee.pipeline.recipe import LocalExecutorConfig, RayExecutorConfig, SlurmExecutorConfig
 
 
@@ -47,16 +48,56 @@ def build_executor(job: Job, cfg, depends=None, recipe_name: str = "cuvee"):
         except ImportError:
             raise RuntimeError("executor.kind=ray needs the 'ray' package: pip install 'cuvee[ray]'") from None
         if not ray.is_initialized():
-            ray.init(address=cfg.address, num_cpus=cfg.num_cpus if cfg.address is None else None,
-                     include_dashboard=False, log_to_driver=False)
+            _start_ray(ray, cfg, Path(job.logging_dir).parent / "ray.log")
         from datatrove.executor.ray import RayPipelineExecutor
+        from loguru import logger
 
-        return RayPipelineExecutor(
-            pipeline=job.pipeline, tasks=tasks, workers=job.workers if job.workers is not None else cfg.workers,
-            logging_dir=str(job.logging_dir), depends=depends, skip_completed=True,
-            cpus_per_task=cfg.cpus_per_task, mem_per_cpu_gb=cfg.mem_per_cpu_gb,
-        )
+        _say_shared_logs_once(cfg, Path(job.logging_dir).parent)
+        logger.disable("datatrove.executor.ray")  # its local-filesystem notice, once per job: said above, once
+        try:
+            return RayPipelineExecutor(
+                pipeline=job.pipeline, tasks=tasks, workers=job.workers if job.workers is not None else cfg.workers,
+                logging_dir=str(job.logging_dir), depends=depends, skip_completed=True,
+                cpus_per_task=cfg.cpus_per_task, mem_per_cpu_gb=cfg.mem_per_cpu_gb,
+            )
+        finally:
+            logger.enable("datatrove.executor.ray")
     raise TypeError(f"unknown executor config {cfg!r}")
+
+
+def _start_ray(ray, cfg: RayExecutorConfig, log_file: Path) -> None:
+    """Start (or join) Ray with its driver's start-up lines (token authentication, "Started a local Ray
+    instance") in the run's logs folder, not on the console: a Ray run's console reads like a local run's."""
+    import logging
+
+    ray_log = logging.getLogger("ray")
+    saved = ray_log.handlers[:]
+    if "://" in str(log_file):
+        to_file: logging.Handler = logging.NullHandler()  # logs on a remote store: Ray's own session logs keep them
+    else:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        to_file = logging.FileHandler(log_file)
+    ray_log.handlers = [to_file]
+    try:
+        timed("ray: starting a local Ray instance" if cfg.address is None else f"ray: connecting to {cfg.address}",
+              lambda: ray.init(address=cfg.address, num_cpus=cfg.num_cpus if cfg.address is None else None,
+                               include_dashboard=False, log_to_driver=False))
+    finally:
+        ray_log.handlers = saved
+        to_file.close()
+
+
+_said_shared: set[str] = set()
+
+
+def _say_shared_logs_once(cfg: RayExecutorConfig, logs: Path) -> None:
+    """On a Ray cluster, a logs folder on this machine's disk must be shared with the workers (they mark finished
+    tasks there): said once per run, not once per job as datatrove does; a local Ray shares this machine's disk."""
+    if cfg.address is None or "://" in str(logs) or str(logs) in _said_shared:
+        return
+    _said_shared.add(str(logs))
+    print(f"ray: the logs folder {logs} must be on a filesystem the cluster's workers share (they record finished "
+          f"tasks there), or resuming will redo them", file=sys.stderr, flush=True)
 
 
 def build_chain(jobs: list[Job], cfg, recipe_name: str = "cuvee") -> list:
