@@ -12,3 +12,16 @@ class UserError(Exception):
     """Something the user asked for that cannot be done as asked; the message says why and what to do."""
 
     exit_code = 1
+
+
+def one_line(message: str) -> str:
+    """A message as one line: its non-empty lines joined by '; ' (by a space after a ':'), whitespace collapsed.
+
+    Why: a multi-line error (a plan difference lists one key per line) collapsed by ``" ".join(split())`` runs
+    its sentences together; every command that prints an error as its one line goes through this instead."""
+    out = ""
+    for line in str(message).splitlines():
+        if line.strip():
+            line = " ".join(line.split())
+            out = f"{out}{' ' if out.endswith(':') else '; ' if out else ''}{line}"
+    return out
