@@ -161,7 +161,7 @@ def _stage(**kw) -> dict:
 
 
 def test_config_errors_are_one_line_with_did_you_mean():
-    with pytest.raises(RecipeError, match=r"eval_sets\.0\.feilds: unknown key; did you mean 'fields'"):
+    with pytest.raises(RecipeError, match=r"eval_sets\[0\]\.feilds: unknown key; did you mean 'fields'"):
         parse_recipe(_stage(eval_sets=[{"path": str(CLOZE), "feilds": ["context"]}]))
     with pytest.raises(RecipeError, match="exactly one of path"):
         parse_recipe(_stage(eval_sets=[{"path": str(CLOZE), "task": "cuvee_wcxb_cloze"}]))

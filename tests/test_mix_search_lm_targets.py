@@ -81,7 +81,7 @@ def test_items_are_context_and_gold_continuation_and_bad_items_are_counted(tmp_p
 
 
 @pytest.mark.parametrize("target, expect", [
-    ({"lm_evl": "QA"}, "unknown key 'lm_evl' (did you mean 'lm_eval'?)"),
+    ({"lm_evl": "QA"}, "unknown key 'lm_evl'; did you mean 'lm_eval'?"),
     ({"lm_eval": "arc_easy_locl"}, "unknown task 'arc_easy_locl'; did you mean 'arc_easy_local'"),
     ({"lm_eval": "QA", "split": "validation"}, "split 'validation' not among its data_files"),
     ({"lm_eval": "QA", "paths": "x.jsonl"}, "paths do not apply"),
