@@ -197,7 +197,7 @@ def test_bad_selections_fail_validation_in_one_line(tmp_path, source, match):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(cfg))
     res = CliRunner().invoke(mix_cmd, [str(path), "--dry-run"])
-    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+    assert res.exit_code == 1 and len(res.output.strip().splitlines()) == 1, res.output
     assert "Traceback" not in res.output
 
 

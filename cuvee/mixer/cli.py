@@ -1,7 +1,7 @@
 """CLI: ``cuvee mix MIX.yaml [--dry-run]``, ``cuvee mix search SEARCH.yaml`` and
 ``cuvee tokenizer train|extend|compression``.
 
-Every output folder is cuvee's own (``cuvee/folders.py``): claimed, locked and bound to what decides its content."""
+Every output folder is cuvee's own (``cuvee/kernel/workdir.py``): claimed, locked and bound to what decides its content."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from pathlib import Path
 
 import click
 
+from cuvee.kernel.errors import UserError
 
-class MixCliError(click.ClickException):
-    """A user-facing error: printed as ``Error: <message>`` (no traceback), exit status 2."""
 
-    exit_code = 2
+class MixCliError(UserError, click.ClickException):
+    """A user-facing error: printed as ``Error: <message>`` (no traceback), exit status 1 as on every command."""
+
+    exit_code = 1
 
 
 def _fail(e: Exception) -> None:
@@ -136,7 +138,7 @@ def mix(ctx, config=None, out_dir=None, dry_run=False, fresh=False, overwrite=Fa
     """
     if ctx.invoked_subcommand:  # `cuvee mix search ...`: the subcommand does the work
         return
-    from cuvee.folders import FolderError
+    from cuvee.kernel.workdir import FolderError
     from cuvee.mixer.config import MixConfigError
     from cuvee.mixer.mix import run_mix, verify_mix
     from cuvee.mixer.tokenizers import TokenizerMismatchError
@@ -240,7 +242,7 @@ def train_cmd(config, vocab_size, out_dir, max_docs, max_chars, fresh):
     """Train a byte-level BPE tokenizer (Hugging Face tokenizers) on a mix's sources, in proportion to weights.
 
     Use it in a mix config as ``tokenizer: OUT/tokenizer.json``."""
-    from cuvee.folders import FolderError
+    from cuvee.kernel.workdir import FolderError
     from cuvee.mixer.config import MixConfigError, load_mix_config
     from cuvee.mixer.sources import resolve_files
     from cuvee.mixer.tokenizer_train import TOKENIZER_JSON, train_bpe_on_mix
@@ -273,7 +275,7 @@ def extend_cmd(base, texts, n_new, out_dir, max_chars, fresh):
     """Extend a base tiktoken vocabulary with BPE merges learned on (non-English) text, as Llama 3 did.
 
     Use it in a mix config as ``tokenizer: OUT/tokenizer.tiktoken``."""
-    from cuvee.folders import FolderError
+    from cuvee.kernel.workdir import FolderError
     from cuvee.mixer.tokenizer_extend import (
         TOKENIZER_TIKTOKEN,
         extend_tiktoken,
