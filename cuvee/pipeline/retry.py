@@ -2,7 +2,7 @@
 
 Callers differ only in which errors a later attempt can heal (a cut connection yes, a 404 no) and in
 whether the server names its own delay (HTTP ``Retry-After``); both are parameters, so remote archive
-reads (``remote.py``) and LLM requests (``classifiers/annotate``) share this one loop.
+reads (``remote.py``) and LLM requests (``cuvee/llm``) share this one loop.
 """
 
 from __future__ import annotations
