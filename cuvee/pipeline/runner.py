@@ -12,8 +12,8 @@ from typing import Any
 import yaml
 from datatrove.utils.logging import logger
 
-from cuvee.kernel import slurm
-from cuvee.kernel.workdir import MARKER, FolderError, Workdir, bind_check, open_workdirs, owner
+from cuvee.kernel import atomic, slurm
+from cuvee.kernel.workdir import MARKER, FolderError, Workdir, bind_check, locked, open_workdirs, owner
 from cuvee.pipeline.compiler import check_inputs, compile_recipe
 from cuvee.pipeline.console import PhaseProgress, quiet_datatrove
 from cuvee.pipeline.executors import build_chain, job_completed_ranks
@@ -67,8 +67,8 @@ def run_recipe(recipe_or_path, overrides: dict[str, Any] | None = None, progress
 
 def _run_locked(recipe: Recipe, plan: dict, progress: bool, wait: bool, verbose: bool = False) -> dict:
     run_dir = recipe.resolved_run_dir()
-    (run_dir / "recipe.yaml").write_text(recipe.source or yaml.safe_dump(recipe.to_dict(), sort_keys=False))
-    (run_dir / "recipe.resolved.json").write_text(json.dumps(recipe.to_dict(), indent=2))
+    atomic.write_text(run_dir / "recipe.yaml", recipe.source or yaml.safe_dump(recipe.to_dict(), sort_keys=False))
+    atomic.write_text(run_dir / "recipe.resolved.json", json.dumps(recipe.to_dict(), indent=2))
 
     jobs = compile_recipe(recipe, run_dir)
     executors = build_chain(jobs, recipe.executor, recipe.name)
@@ -88,7 +88,7 @@ def _run_locked(recipe: Recipe, plan: dict, progress: bool, wait: bool, verbose:
         return {"submitted": [j.name for j in jobs], "run_dir": str(run_dir)}
     stats = collect_stats(jobs, recipe, run_dir, started=started, wall_time_s=round(time.perf_counter() - t0, 3),
                           plan=plan)
-    (run_dir / "stats.json").write_text(json.dumps(stats, indent=2))
+    atomic.write_text(run_dir / "stats.json", json.dumps(stats, indent=2))
     if stats["complete"]:
         check_accounting(stats)
         check_some_input_read(stats, recipe.resolved_logging_dir(), run_dir)
@@ -152,10 +152,11 @@ def restat(recipe_or_path, overrides: dict[str, Any] | None = None) -> dict:
     if owner(run_dir) is None:
         raise FolderError(f"{run_dir} is not a cuvee run folder (no {MARKER})")
     plan, stamped = split_stamps(build_plan(recipe))
-    recorded = bind_check(run_dir, plan, what="run folder", inputs=stamped)
-    jobs = compile_recipe(recipe, run_dir)
-    stats = collect_stats(jobs, recipe, run_dir, plan=recorded["binding"])
-    (Path(run_dir) / "stats.json").write_text(json.dumps(stats, indent=2))
+    with locked(run_dir, "run folder"):  # a run still working in the folder is refused in one line
+        recorded = bind_check(run_dir, plan, what="run folder", inputs=stamped)
+        jobs = compile_recipe(recipe, run_dir)
+        stats = collect_stats(jobs, recipe, run_dir, plan=recorded["binding"])
+        atomic.write_text(Path(run_dir) / "stats.json", json.dumps(stats, indent=2))
     return stats
 
 
