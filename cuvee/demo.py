@@ -40,7 +40,7 @@ def run_demo(run_dir: str = "runs/demo", skip_mix: bool = False) -> Path:
         click.secho("2/3 mix: mixes/demo.yaml -> Megatron .bin/.idx shards", bold=True)
         cfg = load_yaml(_locate("mixes/demo.yaml").read_text(), "mixes/demo.yaml")
         cfg["sources"][0]["paths"] = str(Path(run_dir) / "output")  # the pipeline output just written
-        manifest_dict = run_mix(cfg, out_dir=str(Path(run_dir) / "mix"), overwrite=True)
+        manifest_dict = run_mix(cfg, out_dir=str(Path(run_dir) / "mix"), fresh=True)
         click.echo(format_plan(manifest_dict))
         manifest = Path(run_dir) / "mix" / "manifest.json"
     click.secho("3/3 dataset card", bold=True)

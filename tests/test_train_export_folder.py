@@ -68,7 +68,7 @@ def test_documented_tiny_command_runs_on_the_bundled_data(tmp_path, monkeypatch)
     config = Path(__file__).resolve().parents[1] / "configs" / "train" / "tiny.yaml"
     monkeypatch.chdir(tmp_path)
     res = CliRunner().invoke(train_cli, [str(config), "--demo-data", "runs/train_demo_data", "--set", "steps=4",
-                                         "--set", "eval_docs=4"])
+                                         "--set", "eval_docs=4", "--json"])
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout[res.stdout.index("\n{") + 1:])
     assert summary["step"] == 4 and set(summary["eval"]) == {"clean", "shuffled"}

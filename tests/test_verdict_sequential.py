@@ -155,7 +155,7 @@ def test_added_seeds_are_the_next_look_at_its_own_level(tiny):
         with pytest.raises(LookError, match="re-plan"):
             run_anneal(_config(root, ckpt, "looks", seeds=[0, 1, 2], **(plan | change)), quiet=True)
     assert json.loads((out / "looks.json").read_text()) == record
-    # starting over (--no-resume) starts a new plan at look 1
+    # starting over (--fresh) starts a new plan at look 1
     fresh = run_anneal(_config(root, ckpt, "looks", seeds=[0, 1, 2], looks=3), quiet=True, fresh=True)
     assert fresh["look"]["look"] == 1 and fresh["look"]["looks"] == 3
 

@@ -42,7 +42,7 @@ def look_key(ac) -> dict:
 
 def begin_look(ac, folder) -> Look:
     """The look this run's verdict will be (refused now, before training, when the plan does not allow it)."""
-    return next_look(folder, look_key(ac), plan(ac), fresh_hint="--no-resume")
+    return next_look(folder, look_key(ac), plan(ac), fresh_hint="--fresh")
 
 
 def _margin(ac, control: float) -> float | None:

@@ -145,29 +145,28 @@ def train(config, overrides, fresh, no_resume, demo_data, stop_after, export_hf,
 
 
 def closing_lines(result: dict, steps: int, exported=None) -> list[str]:
-    """A line of what the run did, then what was written and the next command (the whole summary is
+    """A line of what the run did, then what the folder holds and the next command (the whole summary is
     ``--json``; every logged step is in log.jsonl)."""
+    from cuvee.train.checkpoint import latest_checkpoint
+
     out, losses = result["out_dir"], result["losses"]
-    did = (f"trained {out}: {result['params'] / 1e6:.2f}M parameters, step {result['step']} of {steps}, "
-           f"{result['tokens']:,} tokens")
+    size = f"{result['params'] / 1e6:.2f}M parameters, step {result['step']} of {steps}, {result['tokens']:,} tokens"
     if losses:
         first, last = min(losses), max(losses)
-        did += f"; loss {losses[first]:.4f} (step {first}) -> {losses[last]:.4f} (step {last})"
-    elif result["step"] >= steps:
-        did += "; already finished, nothing to train"
+        did = f"trained {out}: {size}; loss {losses[first]:.4f} (step {first}) -> {losses[last]:.4f} (step {last})"
+    else:
+        did = f"{out}: nothing left to train ({size})"
     if result.get("skipped_steps"):
         did += f"; {result['skipped_steps']} non-finite step(s) skipped"
-    ckpt = Path(result["checkpoint"]).name if result.get("checkpoint") else None
-    wrote = f"wrote {out}/: " + ", ".join(x for x in (f"checkpoints/{ckpt}" if ckpt else None, "log.jsonl",
-                                                      "config.json") if x)
+    ckpt = result.get("checkpoint") or latest_checkpoint(out)
+    holds = ", ".join(([f"checkpoints/{Path(ckpt).name}"] if ckpt else []) + ["log.jsonl", "config.json"])
     if result["step"] < steps:
         nxt = "rerun the same command (without --stop-after) to resume from the last checkpoint"
     elif exported:
         nxt = f"cuvee eval-downstream {exported} --task TASK   (the exported model's accuracy)"
     else:
-        nxt = (f"cuvee anneal --checkpoint {out} --candidate MIX --control MIX   "
-               f"(compare two mixes from this model)")
-    return [did, f"{wrote}; next: {nxt}"]
+        nxt = f"cuvee anneal --checkpoint {out} --candidate MIX --control MIX   (compare two mixes from this model)"
+    return [did, f"{'wrote' if losses else 'holds'} {out}/: {holds}; next: {nxt}"]
 
 
 @click.command("anneal")

@@ -55,6 +55,18 @@ IGNORE_INDEX = -100
 ORDERS = ("global", "mix", "window", "pieces")
 
 
+def _several_mixes(order: str, mixes: int, window: int) -> tuple[int, str]:
+    """(level, message): how ``order`` reads data made of several mix outputs, true for each order. ``mix`` and
+    ``window`` follow the documents as stored, so the mixes come one after another; ``pieces`` re-blends every
+    source of every mix (:func:`cuvee.train.piece_blend.arm_sources`), at each source's token share."""
+    if order == "pieces":
+        return logging.INFO, (f"order 'pieces' over {mixes} mixes: their sources are blended together at every step, "
+                              f"each source at its share of the {mixes} mixes' tokens (not at one mix's weights)")
+    how = "in their own order" if order == "mix" else f"shuffled only within windows of {window} documents"
+    return logging.WARNING, (f"order {order!r} over {mixes} mixes: they are read one after another ({how}), "
+                             f"not blended; order 'pieces' blends them")
+
+
 @dataclass
 class _Cursor:
     epoch: int = 0
@@ -93,8 +105,7 @@ class PackedLoader:
         if order == "window" and window < 1:
             raise ValueError(f"window must be >= 1 document, got {window}")
         if order != "global" and len(shards.manifests) > 1:
-            log.warning("order %r over %d mixes: they are read one after another, not blended", order,
-                        len(shards.manifests))
+            log.log(*_several_mixes(order, len(shards.manifests), window))
         if order == "pieces" and doc_limit is not None:
             raise ValueError("order: pieces reads whole arms; doc_limit is for evaluation passes")
         self.order, self.window = order, window
