@@ -5,6 +5,9 @@ phase's own time, and "already complete" for a finished run that is run again.""
 from __future__ import annotations
 
 import io
+import json
+import os
+import re
 import subprocess
 import sys
 import threading
@@ -20,6 +23,7 @@ from cuvee.pipeline.console import PhaseProgress
 from cuvee.pipeline.recipe import RecipeError, parse_recipe
 
 REPO = Path(__file__).resolve().parents[1]
+STAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|\| (DEBUG|INFO|WARNING)\b")  # a log line's date or level
 WARC = REPO / "data/sample/CC-MAIN-2020-34-sample.warc.gz"
 
 
@@ -168,3 +172,146 @@ def test_each_phase_shows_its_own_time_not_the_pipelines(tmp_path):
     second = [f for f in frames if f.startswith("01.length.phase")][-1]
     assert first.endswith("|##########| 1/1 tasks, 10.0 s"), frames
     assert second.endswith("|##########| 1/1 tasks, 90.0 s"), frames
+
+
+# ---- the frictions of issue #37: one word, one line, what takes time said once -----------------------------------
+
+def test_misspelt_lazy_command_gets_did_you_mean():
+    """`cuvee valdate` got a suggestion, `cuvee mixx` none: the lazy commands were not among click's candidates."""
+    for typo, meant in (("mixx", "mix"), ("trian", "train"), ("valdate", "validate")):
+        out = CliRunner().invoke(main, [typo])
+        assert out.exit_code != 0 and f"did you mean '{meant}'?" in out.output, (typo, out.output)
+
+
+def _walk(cmd, path=("cuvee",)):
+    import click
+
+    yield path, cmd
+    if isinstance(cmd, click.Group):
+        ctx = click.Context(cmd)
+        for name in cmd.list_commands(ctx):
+            yield from _walk(cmd.get_command(ctx, name), (*path, name))
+
+
+def test_one_word_for_starting_over_on_every_command():
+    """`--fresh` starts a folder over on every command that has the choice; older names stay hidden aliases."""
+    older = {"--no-resume", "--overwrite", "--restart", "--force", "--clean"}
+    with_fresh, shown_older = [], []
+    for path, cmd in _walk(main):
+        opts = {o: p for p in getattr(cmd, "params", []) for o in getattr(p, "opts", [])}
+        if "--fresh" in opts:
+            with_fresh.append(" ".join(path))
+        shown_older += [f"{' '.join(path)} {o}" for o in older & set(opts) if not opts[o].hidden]
+        assert not (older & set(opts)) or "--fresh" in opts, (path, sorted(opts))
+    assert shown_older == []
+    assert {"cuvee train", "cuvee anneal", "cuvee run", "cuvee mix"} <= set(with_fresh), with_fresh
+
+
+def test_plan_difference_lists_the_task_count_once(two_runs):
+    d, recipe, _, _ = two_runs
+    r = _cuvee(d, "run", str(recipe), "--run-dir", "run", "--tasks", "3")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert lines[0].count("recorded 2, now 3") == 1 and "tasks: recorded 2, now 3" in lines[0], lines[0]
+
+
+def _tiny_train_config(tmp_path, data: Path) -> Path:
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "name": "t", "model": {"dim": 32, "n_layers": 1, "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 64},
+        "data": {"paths": [str(data)], "seq_len": 64}, "optim": {"lr": 3e-3, "warmup_steps": 1}, "steps": 3,
+        "micro_batch": 2, "log_every": 1, "ckpt_every": 0, "out_dir": str(tmp_path / "out"), "threads": 1}))
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def variant_data(tmp_path_factory):
+    from cuvee.train.demo_data import build_variant_mix, load_wcxb
+
+    root = tmp_path_factory.mktemp("variants")
+    rows = load_wcxb()
+    build_variant_mix(root / "a", "a", rows[:20], {"clean": 1.0}, max_doc_bytes=600)
+    build_variant_mix(root / "b", "b", rows[20:40], {"shuffled": 1.0}, max_doc_bytes=600)
+    return root
+
+
+def test_train_ends_with_a_summary_and_what_next_not_a_json_dump(tmp_path, variant_data):
+    from cuvee.train.cli import train as train_cli
+
+    cfg = _tiny_train_config(tmp_path, variant_data / "a")
+    res = CliRunner().invoke(train_cli, [str(cfg)])
+    assert res.exit_code == 0, res.output
+    out = res.stdout.strip().splitlines()
+    assert "{" not in res.stdout and len(out) <= 6, out  # step lines, the summary and the closing line
+    assert out[-2].startswith(f"trained {tmp_path / 'out'}: ") and "step 3 of 3" in out[-2], out
+    assert out[-1].startswith(f"wrote {tmp_path / 'out'}/: checkpoints/step_0000003.pt, log.jsonl") and \
+        "; next: cuvee anneal --checkpoint " in out[-1], out
+    again = CliRunner().invoke(train_cli, [str(cfg)])  # a finished folder: says so, and what it holds
+    assert again.stdout.strip().splitlines()[-2:] == [
+        f"{tmp_path / 'out'}: nothing left to train ({out[-2].split(': ', 1)[1].split(';')[0]})",
+        out[-1].replace("wrote", "holds", 1)], again.stdout
+    other = CliRunner().invoke(train_cli, [str(cfg), "--json", "--set", f"out_dir={tmp_path / 'json'}"])
+    summary = json.loads(other.stdout[other.stdout.index("{"):])  # the whole summary stays available
+    assert other.exit_code == 0 and summary["step"] == 3 and summary["checkpoint"].endswith("step_0000003.pt")
+
+
+def test_train_refusal_is_one_line_with_its_sentences_apart(tmp_path, variant_data):
+    from cuvee.train.cli import train as train_cli
+
+    cfg = _tiny_train_config(tmp_path, variant_data / "a")
+    assert CliRunner().invoke(train_cli, [str(cfg), "--set", "steps=1"]).exit_code == 0
+    res = CliRunner().invoke(train_cli, [str(cfg), "--set", "steps=2"])
+    assert res.exit_code == 1 and len(res.output.strip().splitlines()) == 1, res.output
+    assert "config.steps: recorded 1, now 2; Rerun with the original settings" in res.output, res.output
+    assert "use --fresh to start over" in res.output
+
+
+@pytest.mark.parametrize("order, blended", [("pieces", True), ("window", False), ("mix", False)])
+def test_the_several_mixes_message_is_true_for_each_order(variant_data, caplog, order, blended):
+    """Two mix outputs under order pieces are blended at every step (piece_blend.ArmBlend); mix and window read
+    them one after another. The message said "one after another, not blended" for every order."""
+    from cuvee.train.loader import PackedLoader
+    from cuvee.train.shards import open_shards
+
+    shards = open_shards([str(variant_data / "a"), str(variant_data / "b")])
+    with caplog.at_level("INFO", logger="cuvee.train.loader"):
+        loader = PackedLoader(shards, 64, 2, seed=0, world_size=1, order=order, window=4)
+    said = [r.getMessage() for r in caplog.records if "2 mixes" in r.getMessage()]
+    assert len(said) == 1, said
+    assert ("one after another" in said[0]) is not blended and ("blended together" in said[0]) is blended
+    # what the message claims, checked against what the loader reads: the first rows' documents come from both
+    # mixes (blended) or only from the first one (one after another)
+    docs_a = open_shards([str(variant_data / "a")]).num_documents
+    first = [int(d) for _ in range(4) for d in next(loader)["doc_index"].flatten().tolist() if d >= 0]
+    assert (max(first) >= docs_a) is blended, (order, first[:20], docs_a)
+
+
+def test_first_run_says_what_takes_time_once_and_a_second_run_says_nothing(tmp_path):
+    """A new machine (empty numba and blocklist caches): the parent builds the URL blocklist cache and compiles
+    the repetition kernels before the tasks start, each said on one line in the console's style, with no log
+    line and no machine path; every kernel is compiled once, not once per task; a second run says none of it."""
+    from test_pipeline_core import make_jsonl
+
+    make_jsonl(tmp_path / "in", n_files=2, per_file=10)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({"name": "first", "input": {"paths": [str(tmp_path / "in")], "format": "jsonl"},
+                                      "stages": [{"stage": "url_filter"}, {"stage": "gopher_repetition"}],
+                                      "output": {"format": "jsonl"}, "executor": {"kind": "local", "tasks": 2}}))
+    env = {**os.environ, "CUVEE_CACHE_DIR": str(tmp_path / "cache"),
+           "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "NUMBA_DEBUG_CACHE": "1"}
+    runs = [subprocess.run([sys.executable, "-m", "cuvee.cli", "run", str(recipe), "--run-dir", f"run{i}"],
+                           capture_output=True, text=True, check=False, cwd=tmp_path, env=env, timeout=600)
+            for i in (1, 2)]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr[-3000:] + runs[1].stderr[-3000:]
+    first = runs[0].stderr.splitlines()
+    said = {"url_filter": r"url_filter: building the URL blocklist cache \(4\.5M domains\), once per machine \.\.\. "
+                          r"[\d.]+ s",
+            "gopher_repetition": r"gopher_repetition: compiling its numba kernels, once per machine \.\.\. [\d.]+ s"}
+    seg = next(i for i, ln in enumerate(first) if ln.startswith("seg00"))
+    for stage, pattern in said.items():
+        at = [i for i, ln in enumerate(first) if re.fullmatch(pattern, ln)]
+        assert len(at) == 1 and at[0] < seg, (stage, first)
+    assert not [ln for ln in first if STAMP.search(ln) or str(tmp_path / "cache") in ln or "site-packages" in ln]
+    saved = [ln.split(" to ", 1)[1] for ln in runs[0].stdout.splitlines() if ln.startswith("[cache] data saved to")]
+    assert saved and len(saved) == len(set(saved)), saved  # each kernel compiled once (in the parent), not per task
+    assert "once per machine" not in runs[1].stderr and "[cache] data saved" not in runs[1].stdout, runs[1].stderr

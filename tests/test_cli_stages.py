@@ -36,3 +36,13 @@ def test_json_schema_still_available():
     out = CliRunner().invoke(main, ["stages", "--json", "language"])
     schema = json.loads(out.output)["language"]
     assert "languages" in schema["required"]
+
+
+def test_listed_descriptions_are_whole_sentences():
+    """`cuvee stages` shows each stage's first paragraph; two were cut where their docstring's first line wrapped."""
+    out = CliRunner().invoke(main, ["stages"])
+    shown = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in out.output.splitlines()
+             if line and not line.startswith(" ") and ": " in line}
+    for name, spec in all_stages().items():
+        first = " ".join(spec.doc.strip().split("\n\n")[0].split())
+        assert shown[name] == first and shown[name].endswith((".", ")")), (name, shown[name])

@@ -56,3 +56,23 @@ def test_mix_dry_run_says_how_to_build_it(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1].startswith(f"next: cuvee mix {tmp_path / 'm.yaml'} --out ")
     assert not (tmp_path / "out").exists()
+
+
+def test_verify_says_pass_or_fail_in_one_line_and_json_on_request(tmp_path):
+    assert _mix(tmp_path).returncode == 0
+    out = str(tmp_path / "out")
+    ok = subprocess.run([sys.executable, "-m", "cuvee.cli", "mix", out, "--verify"], capture_output=True, text=True,
+                        cwd=REPO, timeout=600)
+    assert ok.returncode == 0 and ok.stdout.strip().splitlines() == [ok.stdout.strip()], ok.stdout
+    assert ok.stdout.startswith(f"{out}: OK, matches its manifest.json (2 shard(s), "), ok.stdout
+    as_json = subprocess.run([sys.executable, "-m", "cuvee.cli", "mix", out, "--verify", "--json"],
+                             capture_output=True, text=True, cwd=REPO, timeout=600)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert json.loads(as_json.stdout)["tokens"] == manifest["total_tokens"]
+    shard = sorted((tmp_path / "out").glob("*.bin"))[0]
+    shard.write_bytes(shard.read_bytes()[:-2] + b"\0\0")  # same size, other tokens
+    bad = subprocess.run([sys.executable, "-m", "cuvee.cli", "mix", out, "--verify"], capture_output=True, text=True,
+                         cwd=REPO, timeout=600)
+    lines = bad.stderr.strip().splitlines()
+    assert bad.returncode != 0 and bad.stdout == "" and len(lines) == 1, (bad.stdout, bad.stderr)
+    assert lines[0].startswith("Error: mix ") and "does not match its manifest" in lines[0] and shard.name in lines[0]
