@@ -2,8 +2,9 @@
 
 datatrove logs every task's start, pipeline, per-file progress and a full stats dump to the console, so a
 run prints hundreds of lines around the progress bar and the summary that matters scrolls away. The task
-log *files* under ``<run_dir>/logs/<job>/logs/`` keep everything (DEBUG and up); the console keeps only
-warnings and errors, capped per process (the rest are in the files), unless ``cuvee run -v``.
+log *files* under ``<run_dir>/logs/<job>/logs/`` keep everything (DEBUG and up, with tracebacks); the console
+keeps only warnings and errors, one line each and capped per process (the rest are in the files), and never a
+traceback: a task's failure is the command's one ``Error:`` line. ``cuvee run -v`` shows datatrove's console.
 
 The progress display follows the jobs in order (segments and whole-corpus phases): finished tasks of the
 current job with an ETA from the task rate, and, from the per-task stats datatrove writes when a task
@@ -26,13 +27,29 @@ MAX_CONSOLE_WARNINGS = 20  # per process; the task log files have all of them
 _FORMAT = "{time:YYYY-MM-DD HH:mm:ss.SSS} | <level>{level: <8}</level> | {name}:{function}:{line} - <level>{message}</level>"
 
 
-def _recipe_error(record) -> bool:
-    """A task failed on a recipe error: its message is the whole story and the CLI prints it as its one line,
-    so the console skips the record (the task log files keep it, with the traceback)."""
-    from cuvee.pipeline.recipe import RecipeError
+def _ends_the_task(record) -> bool:
+    """An error with its exception (datatrove logs a task's failure so, then raises it: a recipe error, a full
+    disk): the command prints it as its one ``Error:`` line, so the console skips the record; the task log
+    files keep it, with the traceback."""
+    return record["exception"] is not None and record["level"].no >= 40
 
-    exc = record["exception"]
-    return exc is not None and isinstance(exc.value, RecipeError)
+
+def _console_format(record) -> str:
+    """The console's format, without ``{exception}``: no traceback reaches the console (``-v`` shows them)."""
+    return _FORMAT + "\n"
+
+
+def _best_effort(logfile):
+    """A task log file sink that drops a line it cannot write (a full disk) instead of loguru's own
+    "Logging error" report with a traceback on the console; the task's error itself still ends the task."""
+
+    def write(message) -> None:
+        try:
+            logfile.write(message)
+        except OSError:
+            pass
+
+    return write
 
 
 class _Cap:
@@ -66,8 +83,8 @@ def install_quiet(where: str = "the run folder's logs/") -> None:
     cap = _Cap(MAX_CONSOLE_WARNINGS, where)
 
     def console_sink():
-        logger.add(sys.stderr, level="WARNING", filter=lambda r: not _recipe_error(r) and cap(r),
-                   colorize=dlog.DATATROVE_COLORIZE_LOGS, format=_FORMAT)
+        logger.add(sys.stderr, level="WARNING", filter=lambda r: not _ends_the_task(r) and cap(r),
+                   colorize=dlog.DATATROVE_COLORIZE_LOGS, format=_console_format)
 
     def setup_default_logger():
         logger.remove()
@@ -80,7 +97,7 @@ def install_quiet(where: str = "the run folder's logs/") -> None:
         prefix = f"[NODE {node_rank}] " if node_rank != -1 else ""
         if local_rank == 0:
             console_sink()
-        logger.add(logfile, colorize=dlog.DATATROVE_COLORIZE_LOG_FILES, level="DEBUG", format=prefix + _FORMAT)
+        logger.add(_best_effort(logfile), colorize=dlog.DATATROVE_COLORIZE_LOG_FILES, level="DEBUG", format=prefix + _FORMAT)
         logger.info(f"Launching pipeline for {rank=}")
         return logfile
 

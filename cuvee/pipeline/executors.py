@@ -7,9 +7,11 @@ without duplicates.
 
 from __future__ import annotations
 
+import errno
 import sys
 from pathlib import Path
 
+from cuvee.kernel.errors import UserError
 from cuvee.pipeline.compiler import Job
 from cuvee.pipeline.console import timed
 from cuvee.pipeline.recipe import LocalExecutorConfig, RayExecutorConfig, SlurmExecutorConfig
@@ -108,6 +110,27 @@ def build_chain(jobs: list[Job], cfg, recipe_name: str = "cuvee") -> list:
         prev = build_executor(job, cfg, depends=prev, recipe_name=recipe_name)
         executors.append(prev)
     return executors
+
+
+NO_ROOM = {errno.ENOSPC: ("the disk is full", "free space"), errno.EDQUOT: ("the disk quota is used up", "free space"),
+           errno.EFBIG: ("a file reached the size limit (ulimit -f)", "raise the limit")}
+
+
+class NoRoom(UserError):
+    """A task could not write for want of space: the user's to fix, and the finished tasks are kept."""
+
+
+def run_chain(executors: list, run_dir: Path) -> None:
+    """Runs the chain (the last executor runs the ones it depends on). Out of space is one line saying what
+    to do; the traceback is in the failed task's log file (when there was room to write it)."""
+    try:
+        executors[-1].run()
+    except OSError as e:
+        if e.errno not in NO_ROOM:
+            raise
+        what, fix = NO_ROOM[e.errno]
+        raise NoRoom(f"{what} ({e.strerror}) while the run wrote to {run_dir}: {fix} and rerun the same command; "
+                     f"finished tasks are kept") from None
 
 
 def job_completed_ranks(job: Job) -> int:

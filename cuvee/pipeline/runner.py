@@ -16,7 +16,7 @@ from cuvee.kernel import atomic, slurm
 from cuvee.kernel.workdir import MARKER, FolderError, Workdir, bind_check, locked, open_workdirs, owner
 from cuvee.pipeline.compiler import check_inputs, compile_recipe
 from cuvee.pipeline.console import PhaseProgress, quiet_datatrove
-from cuvee.pipeline.executors import build_chain, job_completed_ranks
+from cuvee.pipeline.executors import build_chain, job_completed_ranks, run_chain
 from cuvee.pipeline.first_use import prepare_machine
 from cuvee.pipeline.plan import build_plan, run_folders, split_stamps
 from cuvee.pipeline.recipe import Recipe, SlurmExecutorConfig, load_recipe, parse_recipe
@@ -79,7 +79,7 @@ def _run_locked(recipe: Recipe, plan: dict, progress: bool, wait: bool, verbose:
         prepare_machine()  # what each task would do on a new machine (compile kernels, build a cache), once, here
         # every executor's console reads alike: the phases' lines follow the completion markers its tasks write
         with PhaseProgress(jobs, progress and (wait or not slurm)):
-            executors[-1].run()
+            run_chain(executors, run_dir)
             if slurm:
                 record_slurm_jobs(run_dir, executors)
                 if wait:
