@@ -4,6 +4,8 @@ trafilatura-only settings refused up front."""
 from __future__ import annotations
 
 import re
+import threading
+import time
 
 import pytest
 from datatrove.data import Document
@@ -11,6 +13,7 @@ from datatrove.data import Document
 from cuvee.pipeline.recipe import RecipeError, parse_recipe
 from cuvee.pipeline.registry import BuildContext, get_stage
 from cuvee.pipeline.stages.extract import ExtractParams, ResiliparseExtract, TrafilaturaExtract, make_extractor
+from cuvee.pipeline.stages.resiliparse_worker import ResiliparseWorker
 
 PARAS = [
     "The river valley was settled by farmers who cultivated wheat and barley along the fertile banks for centuries.",
@@ -65,3 +68,57 @@ def test_extractor_choice_in_a_recipe_and_refusals(tmp_path):
         parse_recipe(recipe)
     recipe["stages"][0].pop("fast")
     assert parse_recipe(recipe)
+
+
+def nested_divs(n: int) -> str:
+    return "<html><body>" + "<div>" * n + "deep" + "</div>" * n + "</body></html>"
+
+
+@pytest.mark.parametrize("timer", ["wall", "cpu"])
+def test_a_page_past_the_limit_is_stopped_at_the_limit_and_counted(timer):
+    """Issue #37: resiliparse is C code, which a Python timer never interrupts: 40,000 nested <div> ran for
+    minutes whatever timeout_s said. The worker process is ended by the kernel at the limit, the page is a
+    counted timeout, and the next page is extracted by a new worker, as in this process."""
+    from resiliparse.extract.html2text import extract_plain_text
+
+    deep = nested_divs(40_000)
+    docs = [Document(text=deep, id="deep1", metadata={}), Document(text=ARTICLE, id="ok1", metadata={}),
+            Document(text=deep, id="deep2", metadata={}), Document(text=ARTICLE.replace("river", "lake"), id="ok2", metadata={}),
+            Document(text="<p>lone \ud800 surrogate</p>", id="bad", metadata={})]
+    step = ResiliparseExtract(timeout_s=0.5, timer=timer)
+    t0 = time.monotonic()
+    out = {d.id: d.text for d in step.run(docs)}
+    elapsed = time.monotonic() - t0
+    assert elapsed < 30, elapsed  # two limits and three worker starts; the old code took minutes
+    assert out == {"ok1": extract_plain_text(ARTICLE, main_content=True),
+                   "ok2": extract_plain_text(ARTICLE.replace("river", "lake"), main_content=True)}
+    st = stats_of(step)
+    assert st["dropped_extraction_timeout"] == 2 and st["dropped_extraction_error"] == 1 and st["forwarded"] == 2
+
+
+def test_a_worker_that_dies_otherwise_is_an_error_and_the_next_page_gets_a_new_one():
+    worker = ResiliparseWorker(5.0)
+    try:
+        assert "History of the valley" in worker.extract(ARTICLE)
+        worker.proc.kill()  # what a crash in C or the OOM killer does
+        with pytest.raises(RuntimeError, match="worker process ended \\(signal SIGKILL\\)"):
+            worker.extract(ARTICLE)
+        assert "History of the valley" in worker.extract(ARTICLE) and worker.started == 2
+    finally:
+        worker.close()
+    assert worker.proc is None
+
+
+def test_the_limit_holds_outside_the_main_thread_too():
+    got = {}
+
+    def work():
+        step = ResiliparseExtract(timeout_s=0.5, timer="wall")
+        got["out"] = [d.id for d in step.run([Document(text=nested_divs(40_000), id="deep", metadata={}),
+                                               Document(text=ARTICLE, id="ok", metadata={})])]
+        got["stats"] = stats_of(step)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join(60)
+    assert not t.is_alive() and got["out"] == ["ok"] and got["stats"]["dropped_extraction_timeout"] == 1

@@ -5,8 +5,9 @@ DCLM's extractor (Li et al. 2024): 5-6x less CPU, higher recall, lower precision
 (``benchmarks/bench_extraction.py --wcxb --resiliparse``): ScrapingHub F1 0.898 (P 0.830, R 0.979) against
 trafilatura's 0.964 (P 0.958, R 0.971); WCXB test F1 0.793 (P 0.791, R 0.867) against 0.796 (P 0.903,
 R 0.775). The trafilatura-only settings below are refused when it is chosen. The guards are the
-same, except that resiliparse runs in C, where the timer cannot interrupt it: a page that runs past
-``timeout_s`` is still counted as ``dropped_extraction_timeout``, once the call returns.
+same, but resiliparse runs in C, where no Python timer can interrupt it (20,000 nested ``<div>`` ran
+15-45 s), so it extracts in a child process that the kernel ends at ``timeout_s``
+(:mod:`~cuvee.pipeline.stages.resiliparse_worker`); the page is then a ``dropped_extraction_timeout``.
 
 Settings follow datatrove's ``Trafilatura`` extractor as used for FineWeb (``favor_precision=True``,
 ``include_comments=False``) with one deliberate difference: ``deduplicate`` defaults to **False**.
@@ -32,7 +33,7 @@ Four guards, each a counted drop:
 ``dropped_empty_extraction``    trafilatura found no main text
 ``dropped_extraction_error``    trafilatura raised (logged, first few with the URL)
 
-Why an in-process timer: datatrove runs the extractor in a sandbox process and ships every page through a
+Why an in-process timer for trafilatura (Python, which a signal handler interrupts): datatrove runs the extractor in a sandbox process and ships every page through a
 pipe (pickling the HTML twice); when the sandbox cannot start (e.g. ``lxml_html_clean`` missing) every
 document is silently counted as a timeout. Here an interval timer (``setitimer``) interrupts the
 extraction in the same process; this needs the main thread, which is where datatrove's local, Slurm and
@@ -57,6 +58,7 @@ from datatrove.utils.logging import logger
 from pydantic import Field, model_validator
 
 from cuvee.pipeline.registry import BuildContext, StageParams, register_stage
+from cuvee.pipeline.stages.resiliparse_worker import PageTimeout, ResiliparseWorker
 from cuvee.pipeline.stages.trafilatura_patches import Patches, off_reason, patched
 
 
@@ -240,7 +242,7 @@ class TrafilaturaExtract(PipelineStep):
 
 class ResiliparseExtract(TrafilaturaExtract):
     """HTML in ``doc.text`` -> main text in ``doc.text`` (resiliparse ``main_content=True``, as DCLM); the same
-    guards and counters as trafilatura's step."""
+    guards and counters as trafilatura's step, the time limit enforced on a worker process (any thread)."""
 
     name = "⛏ resiliparse extract"
     engine = "resiliparse"
@@ -255,13 +257,19 @@ class ResiliparseExtract(TrafilaturaExtract):
         self.max_input_chars = p.max_input_chars
         self._errors_logged = 0
 
-    def _extract(self, html: str, url: str | None) -> str | None:
-        from resiliparse.extract.html2text import extract_plain_text
-
-        return extract_plain_text(html, main_content=True)
-
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        yield from self._run_timed(data)
+        worker = ResiliparseWorker(self.timeout_s, self.timer)
+
+        def call(html: str, url: str | None) -> str | None:
+            try:
+                return worker.extract(html)
+            except PageTimeout:
+                raise ExtractionTimeout() from None
+
+        try:
+            yield from self._run(data, call)
+        finally:
+            worker.close()
 
 
 def make_extractor(p: ExtractParams) -> TrafilaturaExtract:
