@@ -166,18 +166,15 @@ def run(recipe, run_dir, tasks, workers, limit, output, fresh, no_wait, verbose)
     A run folder is bound to its plan (resolved recipe, task count, input files): a rerun with a
     different plan stops before any work and says what differs. One run at a time per folder.
     """
-    from cuvee.folders import FolderError
     from cuvee.pipeline.recipe import RecipeError
     from cuvee.pipeline.runner import run_recipe
-    from cuvee.pipeline.stats import AccountingError, summary_table
+    from cuvee.pipeline.stats import summary_table
 
     try:
         stats = run_recipe(recipe, _overrides(run_dir, tasks, workers, limit, output), progress=True,
                            fresh=fresh, wait=not no_wait, verbose=verbose)
     except RecipeError as e:
         raise click.ClickException(_invalid(recipe, e)) from None
-    except (AccountingError, FolderError) as e:
-        raise click.ClickException(str(e)) from None
     if "submitted" in stats:
         click.echo(f"submitted jobs {', '.join(stats['submitted'])}; merge stats later with "
                    f"`cuvee stats {stats['run_dir']}`")
@@ -256,7 +253,6 @@ def stats(target, run_dir):
 
     RUN_DIR is the folder `cuvee run` wrote (as for `cuvee card`); a RECIPE file (with --run-dir if the run
     used one) is still accepted. Writes RUN_DIR/stats.json."""
-    from cuvee.folders import FolderError
     from cuvee.pipeline.recipe import RecipeError
     from cuvee.pipeline.runner import restat
     from cuvee.pipeline.stats import summary_table
@@ -272,8 +268,6 @@ def stats(target, run_dir):
         s = restat(recipe, overrides)
     except RecipeError as e:
         raise click.ClickException(_invalid(target, e)) from None
-    except FolderError as e:
-        raise click.ClickException(str(e)) from None
     click.echo(summary_table(s))
     if not s["complete"]:
         click.echo("(partial run: some tasks have not finished)")

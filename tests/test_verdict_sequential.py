@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from cuvee.kernel.errors import UserError
 from cuvee.train.anneal import AnnealConfig, run_anneal
-from cuvee.train.cli import _user_error_types
 from cuvee.train.config import TrainConfig
 from cuvee.train.demo_data import build_variant_mix, load_wcxb, split_heldout
 from cuvee.train.sequential import LookError, levels, spent
@@ -148,7 +148,7 @@ def test_added_seeds_are_the_next_look_at_its_own_level(tiny):
     # a third seed set: beyond the declared looks, refused before any training
     with pytest.raises(LookError, match="all 2 planned look"):
         run_anneal(_config(root, ckpt, "looks", seeds=[0, 1, 2, 3], **plan), quiet=True)
-    assert issubclass(LookError, _user_error_types())  # `cuvee anneal` says it in one line, not as "unexpected"
+    assert issubclass(LookError, UserError)  # `cuvee anneal` says it in one line, not as "unexpected"
     assert not (out / "runs" / "candidate_seed3").exists()
     # re-planning after seeing data is refused: more looks, another spending, a margin stated now
     for change in ({"looks": 3}, {"spending": "obrien_fleming"}, {"equivalence_margin": 0.01}):

@@ -10,18 +10,11 @@ from pathlib import Path
 
 import click
 
-from cuvee.kernel.errors import one_line
+from cuvee.kernel.errors import UserError, one_line
 from cuvee.yaml_safe import YamlLoadError, load_yaml
 
-_USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)  # + the cuvee error types below
-
-
-def _user_error_types() -> tuple[type[BaseException], ...]:
-    from cuvee.folders import FolderError
-    from cuvee.train.checkpoint import CheckpointError
-    from cuvee.train.trainer import TrainingDiverged
-
-    return _USER_ERRORS + (FolderError, CheckpointError, TrainingDiverged)
+# the kernel's user errors, and the ValueErrors and OSErrors train raises for a config or file it cannot use
+_USER_ERRORS: tuple[type[BaseException], ...] = (UserError, ValueError, OSError)
 
 
 @contextmanager
@@ -39,7 +32,7 @@ def _user_errors(verbose: bool = False):
         if verbose:
             traceback.print_exc()
         text = one_line(str(e)) or type(e).__name__
-        if not isinstance(e, _user_error_types()):
+        if not isinstance(e, _USER_ERRORS):
             text = f"unexpected {type(e).__name__}: {text} (rerun with -v for the traceback)"
     raise click.ClickException(text[:2000])  # outside the handler: the traceback is printed once, with -v only
 

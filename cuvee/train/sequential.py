@@ -36,7 +36,8 @@ from typing import Literal
 
 from scipy import stats
 
-from cuvee.folders import FolderError, atomic_write_text
+from cuvee.kernel.atomic import write_text as atomic_write_text
+from cuvee.kernel.workdir import FolderError
 
 Spending = Literal["obrien_fleming", "pocock"]
 SPENDING = ("obrien_fleming", "pocock")
