@@ -51,6 +51,8 @@ def test_every_record_shape_gives_datatroves_document(tmp_path, default_metadata
     ours = PlannedJsonlReader(str(tmp_path / "in"), default_metadata=default_metadata)
     theirs = JsonlReader(str(tmp_path / "in"), default_metadata=default_metadata)
     a, b = docs_of(ours), docs_of(theirs)
+    read_at = [(m.pop("input_file"), m.pop("input_row")) for _, _, m, _ in a]  # what cuvee adds: file and row
+    assert read_at == [(str(tmp_path / "in" / "x.jsonl.gz"), i) for i, r in enumerate(RECORDS) if r["text"]]
     assert len(a) == len(RECORDS) - 1 and a == b
     assert [d[0] for d in a][:3] == ["a", "x.jsonl.gz/1", None]
 

@@ -20,6 +20,20 @@ def docs_of(reader):
     return [(d.id, d.text, d.metadata, d.media) for d in reader.run()]
 
 
+def rows_read(docs) -> list[int]:
+    """Pops what cuvee adds to datatrove's metadata (``input_file``, ``input_row``) and gives the rows."""
+    rows = []
+    for _, _, meta, _ in docs:
+        assert meta.pop("input_file") == meta["file_path"]
+        rows.append(meta.pop("input_row"))
+    return rows
+
+
+def record_lines(body: bytes, text_key: str) -> list[int]:
+    """The index of each line that holds a document (a second reading of the file: a record with text)."""
+    return [i for i, line in enumerate(body.split(b"\n")) if line.strip() and json.loads(line).get(text_key)]
+
+
 def counters(step):
     return {k: v.total for k, v in step.stats.stats.items()}
 
@@ -30,6 +44,7 @@ def test_real_file_gives_datatroves_documents_also_across_small_blocks(tmp_path)
     ours = PlannedJsonlReader(str(CURATED.parent), glob_pattern=CURATED.name, text_key="main_content")
     theirs = JsonlReader(str(CURATED.parent), glob_pattern=CURATED.name, text_key="main_content")
     a, b = docs_of(ours), docs_of(theirs)
+    assert rows_read(a) == record_lines(gzip.decompress(CURATED.read_bytes()), "main_content")
     assert len(a) > 1000 and a == b
 
     rows = [json.loads(line) for line in gzip.open(CURATED, "rt")][:300]
@@ -42,6 +57,7 @@ def test_real_file_gives_datatroves_documents_also_across_small_blocks(tmp_path)
     assert max(len(line) for line in body.split(b"\n")) > 4096
     a = docs_of(small)
     b = docs_of(JsonlReader(str(tmp_path / "in"), text_key="main_content"))
+    assert rows_read(a) == record_lines(body, "main_content")
     assert len(a) == 300 and a == b  # default ids (path/line) included: blank lines still count as lines
     assert counters(small).get("dropped", 0) == 0
 

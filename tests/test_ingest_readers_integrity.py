@@ -427,5 +427,8 @@ def test_planned_readers_give_datatrove_documents(tmp_path):
             w.close()
         got = [(d.text, d.id, d.metadata) for d in ours(str(out)).run()]
         want = [(d.text, d.id, d.metadata) for d in theirs(str(out)).run()]
+        # cuvee adds where each document was read: its file (as datatrove's file_path) and its row in it
+        read_at = [(m.pop("input_file"), m.pop("input_row")) for _, _, m in got]
+        assert read_at == [(m["file_path"], int(doc_id.split("-")[1])) for _, doc_id, m in want]
         assert len(got) == 12 and got == want
         assert len({m["file_path"] for _, _, m in got}) == 3

@@ -46,6 +46,9 @@ READER_METADATA = {
     "url": "string", "date": "string", "warc_record_id": "string", "warc_type": "string", "payload_type": "string",
     "content_type": "string", "http_status": "int64", "cc_snapshot": "string", "cc_languages": "string", "cc_charset": "string",
     "charset": "string", "charset_source": "string",
+    # identity at the source (readers/archives.py, readers/tables.py): one record re-read from its file alone
+    "source_file": "string", "source_offset": "int64", "source_length": "int64", "source_skip": "int64",
+    "payload_digest": "string", "input_file": "string", "input_row": "int64",
 }
 OTHER_FIELD = "other_json"  # struct field: JSON of keys without a declared field (or values that do not fit it)
 _FITS = {

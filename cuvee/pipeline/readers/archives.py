@@ -30,6 +30,17 @@ absent for non-HTTP records), ``content_type`` (HTTP Content-Type header or the 
 codes from CC's CLD2 ``metadata`` record or a WET ``WARC-Identified-Content-Language`` header, most
 likely first), ``cc_charset`` (CC's detected charset), ``cc_snapshot`` (e.g. ``CC-MAIN-2020-34``, from
 the warcinfo record or the file path).
+
+Identity at the source, on every document, so one record can be re-read from its archive alone:
+``source_file`` (the archive as the run's plan lists it: a local path or a remote URL), ``source_offset`` and
+``source_length`` (the byte range to read: for a gzip file, the record's gzip member(s), compressed, which is the
+record itself in Common Crawl's one-member-per-record files; for a plain file, the record's header and block),
+``source_skip`` (only in a gzip file that is not one member per record: decompressed bytes to pass over after
+``source_offset`` before the record starts; ``source_length`` is then absent until the member's end is known, as
+for a file gzip'd whole, which cannot be entered anywhere but at its start), and ``payload_digest``
+(``WARC-Payload-Digest`` as the record states it; for a record without one, a WET conversion or any ARC record,
+``sha1:<base32>`` of the payload as stored, computed here, the same form). Decoding, extraction and every later
+stage leave these keys alone.
 """
 
 from __future__ import annotations
@@ -53,6 +64,7 @@ from cuvee.pipeline.readers.payload import (
     lang_code,
     parse_cc_metadata_block,
     parse_http_response,
+    payload_digest,
 )
 from cuvee.pipeline.readers.shard import FileFailed, ShardLoop
 from cuvee.pipeline.readers.stream import ByteStream
@@ -176,12 +188,18 @@ class CommonCrawlReader(ShardLoop, BaseDiskReader):
                     raw.seek(0)
                 fmt = detect_format(peek, filepath)
             snapshot = _SNAPSHOT_RE.search(filepath)
-            ctx = {"cc_snapshot": snapshot.group(0) if snapshot else None, "file": filepath}
+            ctx = {"cc_snapshot": snapshot.group(0) if snapshot else None, "file": filepath,
+                   "source": self._source_path(filepath)}
             stream = ByteStream(raw, gz)
             if fmt == "arc":
                 yield from self._read_arc(stream, ctx)
             else:
                 yield from self._read_warc(stream, ctx)
+
+    def _source_path(self, filepath: str) -> str:
+        """The file as the run's plan lists it (:func:`~cuvee.pipeline.readers.listing.plan_input_files`): a local
+        absolute path or the remote URL."""
+        return self.data_folder.resolve_paths(filepath)
 
     def _drop(self, reason: str) -> None:
         self.stat_update("total", "dropped", f"dropped_{reason}")
@@ -189,9 +207,13 @@ class CommonCrawlReader(ShardLoop, BaseDiskReader):
     def _records(self, stream: ByteStream, ctx: dict, kind: str):
         return framed_records(stream, kind, ctx["file"], self.max_record_bytes, self._drop)
 
-    def _doc(self, rec_id: str, text: str, payload: bytes | None, meta: dict, ctx: dict) -> Document:
+    def _doc(self, rec_id: str, text: str, payload: bytes | None, meta: dict, ctx: dict, loc: tuple) -> Document:
         if ctx.get("cc_snapshot"):
             meta["cc_snapshot"] = ctx["cc_snapshot"]
+        offset, length, skip = loc
+        meta["source_file"], meta["source_offset"], meta["source_length"] = ctx["source"], offset, length
+        if skip:
+            meta["source_skip"] = skip
         media = [Media(id=RAW_PAYLOAD_ID, type=MediaType.DOCUMENT, url=meta.get("url") or "", media_bytes=payload,
                        metadata={"format": "http_payload"})] if payload is not None else []
         doc = Document(text=text, id=rec_id, media=media, metadata={k: v for k, v in meta.items() if v is not None})
@@ -204,7 +226,7 @@ class CommonCrawlReader(ShardLoop, BaseDiskReader):
         pending: Document | None = None  # a response waiting for its CC 'metadata' record (CLD2 languages)
         failed: FileFailed | None = None
         try:
-            for headers, block in self._records(stream, ctx, "warc"):
+            for headers, block, loc in self._records(stream, ctx, "warc"):
                 rtype = (headers.get("warc-type") or "unknown").lower()
                 if rtype == "metadata" and pending is not None and headers.get("warc-concurrent-to") == pending.metadata.get("warc_record_id"):
                     try:
@@ -225,7 +247,7 @@ class CommonCrawlReader(ShardLoop, BaseDiskReader):
                     self._drop("non_response_record")
                     continue
                 try:
-                    doc = self._warc_document(rtype, headers, block, ctx)
+                    doc = self._warc_document(rtype, headers, block, ctx, loc)
                 except MalformedRecord as e:
                     logger.warning(f"{ctx['file']}: malformed record {headers.get('warc-record-id')}: {e}")
                     self._drop("malformed_record")
@@ -243,7 +265,7 @@ class CommonCrawlReader(ShardLoop, BaseDiskReader):
         if failed is not None:
             raise failed
 
-    def _warc_document(self, rtype: str, headers, block: bytes, ctx: dict) -> Document:
+    def _warc_document(self, rtype: str, headers, block: bytes, ctx: dict, loc: tuple) -> Document:
         rec_id = headers.get("warc-record-id") or ""
         meta = {
             "url": (headers.get("warc-target-uri") or "").strip("<>"),
@@ -259,27 +281,29 @@ class CommonCrawlReader(ShardLoop, BaseDiskReader):
             langs = headers.get("warc-identified-content-language")
             if langs:
                 meta["cc_languages"] = ",".join(lang_code(x) for x in langs.split(","))
-            return self._doc(rec_id, block.decode("utf-8", "replace"), None, meta, ctx)
+            meta["payload_digest"] = headers.get("warc-payload-digest") or payload_digest(block)
+            return self._doc(rec_id, block.decode("utf-8", "replace"), None, meta, ctx, loc)
         ctype = headers.get("content-type") or ""
         if rtype == "response" and (block.startswith(b"HTTP/") or "application/http" in ctype):
-            status, http_headers, body = parse_http_response(block)
+            status, http_headers, body, stored = parse_http_response(block)
             meta["http_status"] = status
             meta["content_type"] = http_headers.get("content-type", "")
         else:  # resource records / non-HTTP responses: the block is the payload
             meta["content_type"] = ctype
-            body = block
-        return self._doc(rec_id, "", body, meta, ctx)
+            body = stored = block
+        meta["payload_digest"] = headers.get("warc-payload-digest") or payload_digest(stored)
+        return self._doc(rec_id, "", body, meta, ctx, loc)
 
     # --- ARC v1 / v2
     def _read_arc(self, stream: ByteStream, ctx: dict) -> Iterator[Document]:
         n = 0
-        for (url, _ip, date, arc_ctype, _length), block in self._records(stream, ctx, "arc"):
+        for (url, _ip, date, arc_ctype, _length), block, loc in self._records(stream, ctx, "arc"):
             n += 1
             if url.startswith("filedesc://") or not block.startswith(b"HTTP/"):
                 self._drop("non_response_record")  # the file header, dns: entries, bare payloads without HTTP
                 continue
             try:
-                status, http_headers, body = parse_http_response(block)
+                status, http_headers, body, stored = parse_http_response(block)
             except MalformedRecord as e:
                 logger.warning(f"{ctx['file']}: malformed ARC record {url}: {e}")
                 self._drop("malformed_record")
@@ -288,9 +312,10 @@ class CommonCrawlReader(ShardLoop, BaseDiskReader):
             meta = {
                 "url": url, "date": arc_date(date), "warc_record_id": rec_id, "warc_type": "response",
                 "http_status": status, "content_type": http_headers.get("content-type", arc_ctype),
+                "payload_digest": payload_digest(stored),  # ARC records carry no digest
             }
             self.stat_update("total")
-            yield self._doc(rec_id, "", body, meta, ctx)
+            yield self._doc(rec_id, "", body, meta, ctx, loc)
 
 
 def _record_digest(url: str, date: str, block: bytes) -> str:

@@ -133,9 +133,9 @@ def find_record_start(data: bytes, is_start, version) -> int | None:
 
 
 def framed_records(stream: ByteStream, kind: str, name: str, max_record_bytes: int,
-                   drop: Callable[[str], None]) -> Iterator[tuple[WarcHeaders | ArcHeader, bytes]]:
-    """Yields (header, block) for every well-framed record and counts every badly framed one through ``drop``,
-    exactly once.
+                   drop: Callable[[str], None]) -> Iterator[tuple[WarcHeaders | ArcHeader, bytes, tuple]]:
+    """Yields (header, block, location) for every well-framed record and counts every badly framed one through
+    ``drop``, exactly once; ``location`` is where the record lies in the file (:meth:`ByteStream.location`).
 
     A record is well framed when after its declared length only blank bytes follow before the next record
     start, the end of the file or (gzip) the end of its member. Anything else is a drop: unparseable header
@@ -205,7 +205,7 @@ def framed_records(stream: ByteStream, kind: str, name: str, max_record_bytes: i
                 second = block.split(b"\n", 2)
                 if len(second) > 1 and second[1][:1].isdigit():
                     version[0] = int(second[1][:1])
-            yield header, block
+            yield header, block, stream.location(rec_at, stream.offset)
         except Damage as e:
             if e.reason == "truncated_file":
                 logger.warning(f"{name}: truncated file ({e}) at offset {stream.offset}; the rest of the file is lost")

@@ -6,6 +6,8 @@ response raises :class:`MalformedRecord`, which the archive reader counts as ``d
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import zlib
 
@@ -25,8 +27,10 @@ class MalformedRecord(ValueError):
     """A record whose headers cannot be parsed; counted as ``dropped_malformed_record``."""
 
 
-def parse_http_response(block: bytes) -> tuple[int, dict[str, str], bytes]:
-    """Split an HTTP response block into (status, lower-cased headers, decoded body).
+def parse_http_response(block: bytes) -> tuple[int, dict[str, str], bytes, bytes]:
+    """Split an HTTP response block into (status, lower-cased headers, decoded body, payload as stored).
+
+    The payload as stored is what WARC-Payload-Digest is taken over (the bytes after the HTTP header block).
 
     Tolerant on purpose: Common Crawl stores payloads already de-chunked and de-compressed but often
     keeps the original ``Transfer-Encoding``/``Content-Encoding`` headers, so the body is only
@@ -42,7 +46,7 @@ def parse_http_response(block: bytes) -> tuple[int, dict[str, str], bytes]:
     if end == -1:  # headers only, no body
         end, sep = len(block), 0
     head = block[:end].decode("latin-1")
-    body = block[end + sep :]
+    body = payload = block[end + sep :]
     lines = head.splitlines()
     parts = lines[0].split(None, 2)
     if len(parts) < 2 or not parts[1][:3].isdigit():
@@ -58,7 +62,12 @@ def parse_http_response(block: bytes) -> tuple[int, dict[str, str], bytes]:
     enc = headers.get("content-encoding", "").lower()
     if enc:
         body = _maybe_decompress(body, enc)
-    return status, headers, body
+    return status, headers, body, payload
+
+
+def payload_digest(payload: bytes) -> str:
+    """``sha1:<base32>``, as WARC-Payload-Digest writes it: the digest of a record that carries none."""
+    return "sha1:" + base64.b32encode(hashlib.sha1(payload).digest()).decode("ascii")
 
 
 def _maybe_dechunk(body: bytes) -> bytes:

@@ -41,6 +41,7 @@ class ByteStream:
         self.member_start = 0  # compressed offset of the current gzip member (plain: 0)
         self.member_ends: list[int] = []  # decompressed offsets where gzip members ended (recent ones)
         self.members: list[tuple[int, int]] = []  # (decompressed, compressed) start of recent gzip members
+        self.ended: list[tuple[int, int]] = []  # (decompressed, compressed) end of recent gzip members
         self._d = None
         self._rbuf = b""
         self._roff = 0  # compressed offset of _rbuf[0]
@@ -68,6 +69,23 @@ class ByteStream:
         """Compressed offset of the gzip member holding decompressed ``offset`` (plain files: 0)."""
         i = bisect.bisect_right(self.members, (offset, float("inf"))) - 1
         return self.members[i][1] if i >= 0 else 0
+
+    def location(self, start: int, end: int) -> tuple[int, int | None, int]:
+        """Where decompressed bytes ``start`` .. ``end`` (one record) lie in the file: (offset, length, skip).
+
+        Plain file: the bytes themselves, skip 0. gzip: ``offset`` is the compressed start of the member holding
+        ``start``, ``length`` runs to the compressed end of the member holding the last byte (None when that
+        member had not ended yet: a file gzip'd whole, whose members cannot be told apart before its end) and
+        ``skip`` is how many decompressed bytes of that member come before ``start`` (0 when every record is its
+        own member, as in Common Crawl: the range is then exactly the record's members)."""
+        if not self.gz:
+            return start, end - start, 0
+        i = bisect.bisect_right(self.members, (start, float("inf"))) - 1
+        if i < 0:  # its member is no longer tracked (hundreds of members in one record): from the file's start
+            return 0, None, start
+        dec0, comp0 = self.members[i]
+        j = bisect.bisect_left(self.ended, (end, -1))
+        return comp0, (self.ended[j][1] - comp0 if j < len(self.ended) else None), start - dec0
 
     def _more(self) -> bool:
         if self.eof or self._damage is not None:
@@ -134,6 +152,8 @@ class ByteStream:
                 self._d = None
                 self.member_ends.append(self.base + len(self.buf))
                 del self.member_ends[:-64]
+                self.ended.append((self.base + len(self.buf), self._roff))
+                del self.ended[:-256]
             if out:
                 return True
 

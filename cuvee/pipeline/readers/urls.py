@@ -21,6 +21,9 @@ class UrlListReader(CommonCrawlReader):
     def _shard(self, rank: int, world_size: int) -> list[str]:
         return self.urls[rank::world_size]
 
+    def _source_path(self, filepath: str) -> str:
+        return filepath  # already the URL the plan lists
+
     def _open(self, filepath: str):
         import fsspec
 
