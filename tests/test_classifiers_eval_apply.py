@@ -7,7 +7,7 @@ import random
 import pytest
 from click.testing import CliRunner
 
-from cuvee.classifiers.cli import classify
+from cuvee.cli import main
 
 GOOD = ["committee", "reviewed", "evidence", "published", "detailed", "report", "students", "science"]
 BAD = ["click", "here", "buy", "cheap", "deals", "free", "shipping", "login"]
@@ -26,7 +26,7 @@ def model(tmp_path_factory):
             for _ in range(120) for v, lab in ((GOOD, "hq"), (BAD, "lq"))]
     data = write_rows(tmp / "labelled.jsonl", rows)
     out = tmp / "model.bin"
-    res = CliRunner().invoke(classify, ["train", "--data", str(data), "-o", str(out), "--epoch", "2", "--dim", "16",
+    res = CliRunner().invoke(main, ["classify", "train", "--data", str(data), "-o", str(out), "--epoch", "2", "--dim", "16",
                                         "--bucket", "100000", "--threads", "1"])
     assert res.exit_code == 0, res.output
     return out
@@ -47,7 +47,7 @@ def one_line(res):
 
 
 def evaluate(model, data, *extra):
-    return CliRunner().invoke(classify, ["eval", "-m", str(model), "--data", str(data), *extra])
+    return CliRunner().invoke(main, ["classify", "eval", "-m", str(model), "--data", str(data), *extra])
 
 
 def test_eval_without_labels_is_refused(model, docs):
@@ -69,7 +69,7 @@ def test_eval_with_one_class_is_refused(model, tmp_path):
 
 
 def apply(model, docs, out, *extra):
-    return CliRunner().invoke(classify, ["apply", "-m", str(model), "-i", str(docs), "-o", str(out), *map(str, extra)])
+    return CliRunner().invoke(main, ["classify", "apply", "-m", str(model), "-i", str(docs), "-o", str(out), *map(str, extra)])
 
 
 def test_apply_never_overwrites_a_file_cuvee_did_not_write(model, docs, tmp_path):
@@ -110,7 +110,7 @@ def test_apply_replaces_its_own_output_for_the_same_plan_or_with_fresh(model, do
 
 
 def test_apply_output_in_use_or_among_inputs_is_refused(model, docs, tmp_path):
-    from cuvee.folders import FolderLock
+    from cuvee.kernel.workdir import FolderLock
 
     out = tmp_path / "kept.jsonl"
     held = FolderLock(tmp_path, lock_name=".kept.jsonl.cuvee.lock").acquire()

@@ -75,11 +75,11 @@ def test_fasttext_quality_refuses_a_cut_model_before_loading_it(dense, tmp_path)
 
 
 def test_classify_apply_with_a_cut_model_is_one_line(dense, tmp_path):
-    from cuvee.classifiers.cli import classify
+    from cuvee.cli import main
 
     cut = _cut(dense, tmp_path / "cut.bin", dense.stat().st_size - 10)
     docs = tmp_path / "d.jsonl"
     docs.write_text(json.dumps({"id": "a", "text": "the committee reviewed"}) + "\n")
-    res = CliRunner().invoke(classify, ["apply", "-m", str(cut), "-i", str(docs), "-o", str(tmp_path / "o.jsonl")])
+    res = CliRunner().invoke(main, ["classify", "apply", "-m", str(cut), "-i", str(docs), "-o", str(tmp_path / "o.jsonl")])
     err = res.output.strip()
     assert res.exit_code == 1 and err.startswith("Error: ") and "\n" not in err and "not a complete fastText model" in err

@@ -9,7 +9,7 @@ import random
 import pytest
 from click.testing import CliRunner
 
-from cuvee.classifiers.cli import classify
+from cuvee.cli import main
 
 GOOD = ["committee", "reviewed", "evidence", "published", "detailed", "report", "students", "science"]
 BAD = ["click", "here", "buy", "cheap", "deals", "free", "shipping", "login"]
@@ -26,7 +26,7 @@ def data(tmp_path):
 
 
 def train(data, out, *extra):
-    return CliRunner().invoke(classify, ["train", "--data", str(data), "-o", str(out), "--epoch", "2", "--dim", "8",
+    return CliRunner().invoke(main, ["classify", "train", "--data", str(data), "-o", str(out), "--epoch", "2", "--dim", "8",
                                          "--bucket", "100000", "--threads", "1", *map(str, extra)])
 
 
@@ -59,7 +59,7 @@ def test_fasttext_rerun_same_plan_ok_other_plan_refused_fresh_replaces(data, tmp
 
 
 def test_fasttext_output_in_use_by_another_process_is_refused(data, tmp_path):
-    from cuvee.folders import FolderLock
+    from cuvee.kernel.workdir import FolderLock
 
     out = tmp_path / "model.bin"
     held = FolderLock(tmp_path, lock_name=".model.bin.cuvee.lock").acquire()
@@ -74,11 +74,11 @@ def test_transformer_head_folder_is_claimed_as_a_classifier_folder(data, tmp_pat
     foreign = tmp_path / "theirs"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
-    err = one_line(CliRunner().invoke(classify, ["train", "--kind", "transformer", "--data", str(data), "-o", str(foreign),
+    err = one_line(CliRunner().invoke(main, ["classify", "train", "--kind", "transformer", "--data", str(data), "-o", str(foreign),
                                                  "--epoch", "5", "--max-length", "16"]))
     assert "did not create" in err and sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
     head = tmp_path / "head"
-    res = CliRunner().invoke(classify, ["train", "--kind", "transformer", "--data", str(data), "-o", str(head),
+    res = CliRunner().invoke(main, ["classify", "train", "--kind", "transformer", "--data", str(data), "-o", str(head),
                                         "--epoch", "5", "--max-length", "16"])
     assert res.exit_code == 0, res.output
     assert json.loads((head / ".cuvee-owner.json").read_text())["kind"] == "classifier"

@@ -180,7 +180,7 @@ def annotate(inputs: Iterable[str], out: str | Path, backend: Backend, prompt: P
                 bar.update(1)
 
             error = drive(backend, todo, lambda d: prompt.fill(d.text[:max_chars] if max_chars else d.text), accept,
-                          tally, describe=lambda d: f"document {d.id}")
+                          tally, describe=lambda d: f"document {d.id}", ordered=True)
         llm_s = time.perf_counter() - t_llm
         summary = _summary(out, backend, prompt, sample, pending, tally, scores, contents.torn, counts, llm_s,
                            time.perf_counter() - t0, price_per_mtok)
@@ -188,7 +188,7 @@ def annotate(inputs: Iterable[str], out: str | Path, backend: Backend, prompt: P
             summary["error"] = " ".join(str(error).split())
         write_json(summary_path, summary)
     finally:
-        held.release()
+        held.close()
     if error is not None:
         msg = summary["error"] if isinstance(error, UserError) else f"{type(error).__name__}: {summary['error']}"
         raise AnnotateError(f"{msg} ({tally.generations} annotated this run and kept in {out}; rerun to resume)")

@@ -7,7 +7,7 @@ any other content is refused in one line, before any request, and never rewritte
 redone, a complete last record that lost its newline given it back. A sibling lock file
 (``.<name>.cuvee.lock``) keeps two annotate processes off the same file.
 
-The file is also bound to its plan (``outputs.claim_file``, as ``classify apply -o``): ``<out>.json`` records
+The file is also bound to its plan (the kernel's owned file, as ``classify apply -o``): ``<out>.json`` records
 the annotator, the sample settings and the stamped input files; a rerun with another plan (an input rewritten,
 another input file) is refused untouched unless ``--fresh``, and an annotated id whose text changed is refused
 even when the stamps agree.
@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+from contextlib import ExitStack
 from pathlib import Path
 
-from cuvee.folders import FolderError, FolderLock
 from cuvee.kernel import ledger
 from cuvee.kernel.errors import UserError
+from cuvee.kernel.owned_file import OwnedFile, open_owned_file
+from cuvee.kernel.workdir import FolderError
 
 OWN_FIELDS = ("id", "text_sha256", "score", "answer", "model", "prompt", "prompt_sha256", "prompt_tokens",
               "completion_tokens")
 KIND = "classify-annotate"  # the kind in the <out>.json marker
 ADVICE = "; cuvee appends only to annotation files it wrote: use another --out"
+ANNOTATIONS_FILE = OwnedFile(KIND, "classify annotate", "annotations file", "--out", (".json", ".summary.json"))
 
 
 class AnnotateError(UserError):
@@ -94,29 +97,23 @@ def marker(out: Path) -> Path:
     return Path(str(out) + ".json")
 
 
-def claim(out: Path, plan: dict, fresh: bool) -> FolderLock:
-    """Hold ``out``'s sibling lock (``.<name>.cuvee.lock``) for the whole run; refuse, untouched, a file cuvee did
-    not write or one written for another plan (``outputs.claim_file``). With ``fresh``, cuvee's own file (and its
-    summary) is removed first; the marker is written by :func:`bind` once every check passed."""
-    from cuvee.classifiers.outputs import claim_file
-
+def claim(out: Path, plan: dict, fresh: bool) -> ExitStack:
+    """Hold ``out``'s sibling lock (``.<name>.cuvee.lock``) until the returned stack closes; refuse, untouched, a
+    file cuvee did not write or one written for another plan (the kernel's owned file). With ``fresh``, cuvee's own
+    file (and its summary) is removed first; the marker is written by :func:`bind` once every check passed."""
     if out.is_file() and not marker(out).exists() and _own_records(out):
         raise AnnotateError(f"{out} holds annotations from a cuvee that did not record their plan (no "
                             f"{marker(out).name}), so its inputs cannot be checked: move it away, or use another --out")
-    try:
-        held = claim_file(out, plan, fresh, kind=KIND, command="classify annotate", what="annotations file",
-                          companions=(".json", ".summary.json"), flag="--out")
-    except FolderError as e:
-        raise AnnotateError(str(e)) from None
-    if fresh:
+    with ExitStack() as held:
         try:
+            open_owned_file(out, ANNOTATIONS_FILE, plan, held, fresh=fresh)
+        except FolderError as e:
+            raise AnnotateError(str(e)) from None
+        if fresh:
             read_done(out)  # a cuvee marker over a file that is not cuvee's annotations: still refused
             out.unlink(missing_ok=True)  # the records first: the old marker must never describe new records
             Path(str(out) + ".summary.json").unlink(missing_ok=True)
-        except BaseException:
-            held.release()
-            raise
-    return held
+        return held.pop_all()
 
 
 def bind(out: Path, plan: dict) -> None:

@@ -5,41 +5,29 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import click
 import numpy as np
 
+from cuvee.kernel.atomic import write_json
+
+
+def _check_sources(data, positive, negative) -> None:
+    if data and (positive or negative):
+        raise click.UsageError("give --data (labelled files) or --positive/--negative sources, not both")
+    if not data and not (positive and negative):
+        raise click.UsageError("give --data, or both --positive and --negative")
+
 
 def _examples(data, positive, negative, text_key, label_key, regression, limit):
     from cuvee.classifiers.examples import load_labelled, load_sources
 
-    if data and (positive or negative):
-        raise click.UsageError("give --data (labelled files) or --positive/--negative sources, not both")
+    _check_sources(data, positive, negative)
     if data:
         return load_labelled(list(data), text_key, label_key, regression=regression, limit=limit)
-    if not (positive and negative):
-        raise click.UsageError("give --data, or both --positive and --negative")
     return load_sources(list(positive), list(negative), text_key, limit_per_class=limit)
-
-
-def _one_line(fn):
-    """Refusals of bad models, files and folders end the command in one line (no traceback)."""
-    import functools
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        from cuvee.classifiers.fasttext_check import FastTextFileError
-        from cuvee.folders import FolderError
-        from cuvee.hf_loading import ModelLoadError
-        from cuvee.kernel.errors import UserError
-
-        try:
-            return fn(*args, **kwargs)
-        except (FastTextFileError, ModelLoadError, UserError, FolderError, FileNotFoundError) as e:
-            raise click.ClickException(" ".join(str(e).split())) from None
-
-    return wrapper
 
 
 def _kind_of(model: str) -> str:
@@ -84,27 +72,27 @@ def classify():
 @click.option("--max-length", type=int, default=256, show_default=True)
 @click.option("--positive-at", type=float, default=None, help="regression: also report binary metrics of label >= this (FineWeb-Edu: 3)")
 @click.option("--fresh", is_flag=True, help="replace a model cuvee trained into --output with another plan")
-@_one_line
 def train_cmd(data, positive, negative, text_key, label_key, limit, positive_label, output, kind, valid_fraction, seed,
               lr, dim, epoch, word_ngrams, bucket, quantize, threads, encoder, task, max_length, positive_at, fresh):
     """Train on labelled files or positive/negative sources; print held-out metrics (also saved to <output>.metrics.json)."""
-    from cuvee.classifiers.outputs import (
-        claim_head_folder,
-        claim_model_file,
-        train_plan,
-    )
+    from cuvee.classifiers.outputs import HEAD_FOLDER, MODEL_FILE, by_path, train_plan
+    from cuvee.kernel.owned_file import open_owned_file
+    from cuvee.kernel.workdir import open_workdir
 
+    _check_sources(data, positive, negative)
     settings = {"kind": kind, "text_key": text_key, "label_key": label_key, "limit": limit, "valid_fraction": valid_fraction,
                 "seed": seed, "lr": lr, "epoch": epoch}
     settings.update({"dim": dim, "word_ngrams": word_ngrams, "bucket": bucket, "quantize": quantize} if kind == "fasttext"
                     else {"encoder": encoder, "task": task, "max_length": max_length})
     plan = train_plan({"data": list(data), "positive": list(positive), "negative": list(negative)}, settings)
-    lock = (claim_model_file if kind == "fasttext" else claim_head_folder)(output, plan, fresh)
-    try:
+    with ExitStack() as held:
+        if kind == "fasttext":
+            open_owned_file(output, MODEL_FILE, plan, held, fresh=fresh)
+        else:
+            binding, inputs = by_path(plan)
+            open_workdir(output, HEAD_FOLDER, binding, held, fresh=fresh, inputs=inputs)
         _train(data, positive, negative, text_key, label_key, limit, positive_label, output, kind, valid_fraction, seed,
                lr, dim, epoch, word_ngrams, bucket, quantize, threads, encoder, task, max_length, positive_at, plan)
-    finally:
-        lock.release()
 
 
 def _train(data, positive, negative, text_key, label_key, limit, positive_label, output, kind, valid_fraction, seed,
@@ -136,7 +124,7 @@ def _train(data, positive, negative, text_key, label_key, limit, positive_label,
     report = {"model": str(output), "kind": kind, "train_examples": len(train), "valid_examples": len(valid),
               "skipped": ex.skipped, "valid_metrics": metrics}
     metrics_path = (Path(output) / "metrics.json") if kind == "transformer" else Path(str(output) + ".metrics.json")
-    metrics_path.write_text(json.dumps(report, indent=2))
+    write_json(metrics_path, report)
     click.echo(json.dumps(report, indent=2))
 
 
@@ -166,7 +154,6 @@ def _check_evaluable(ex, label_key: str, positive_label: str, regression: bool, 
 @_source_options
 @click.option("--threshold", type=float, default=0.5, show_default=True)
 @click.option("--positive-at", type=float, default=None, help="regression heads: binary metrics of label >= this")
-@_one_line
 def eval_cmd(model, data, positive, negative, text_key, label_key, limit, positive_label, threshold, positive_at):
     """Precision, recall, F1 and ROC-AUC of a trained model on labelled data."""
     kind = _kind_of(model)
@@ -194,14 +181,14 @@ def eval_cmd(model, data, positive, negative, text_key, label_key, limit, positi
 @click.option("--top-percent", type=float, default=None, help="keep the top p %% over ALL inputs")
 @click.option("--batch-size", type=int, default=256, show_default=True)
 @click.option("--fresh", is_flag=True, help="replace an output cuvee wrote with another plan (model, inputs, settings)")
-@_one_line
 def apply_cmd(model, inputs, output, name, positive_label, threshold, top_percent, batch_size, fresh):
     """Score documents and write those kept (threshold, corpus top-p %, or all) with the score in metadata.
 
     The output is cuvee's own file (``<output>.json`` records its plan): a file cuvee did not write is never
     replaced, nor one written with another plan unless --fresh; it is written under a temporary name, then renamed."""
-    from cuvee.classifiers.outputs import apply_plan, claim_file
+    from cuvee.classifiers.outputs import APPLY_FILE, apply_plan
     from cuvee.classifiers.quality_stages import resolve_model_path
+    from cuvee.kernel.owned_file import open_owned_file
     from cuvee.pipeline.io import expand_paths
 
     if threshold is not None and top_percent is not None:
@@ -212,11 +199,9 @@ def apply_cmd(model, inputs, output, name, positive_label, threshold, top_percen
         raise click.ClickException(f"--output {output} is one of the input files; choose another --output")
     plan = apply_plan(model, files, {"name": name, "positive_label": positive_label, "threshold": threshold,
                                      "top_percent": top_percent})
-    lock = claim_file(output, plan, fresh, kind="classify-apply", command="classify apply", what="output file")
-    try:
+    with ExitStack() as held:
+        open_owned_file(output, APPLY_FILE, plan, held, fresh=fresh)
         _apply(model, files, Path(output), name, positive_label, threshold, top_percent, batch_size, plan)
-    finally:
-        lock.release()
 
 
 def _json_line(doc, metadata: dict) -> str:
@@ -228,8 +213,9 @@ def _json_line(doc, metadata: dict) -> str:
 
 
 def _apply(model, files, output: Path, name, positive_label, threshold, top_percent, batch_size, plan):
-    from cuvee.classifiers.outputs import replacing_text, write_json
+    from cuvee.classifiers.outputs import replacing_text
     from cuvee.classifiers.scoring import corpus_cutoff, score_key
+    from cuvee.kernel.owned_file import marker as marker_of
     from cuvee.pipeline.io import iter_documents
 
     if _kind_of(model) == "fasttext":
@@ -254,7 +240,7 @@ def _apply(model, files, output: Path, name, positive_label, threshold, top_perc
     arr = np.asarray(scores, dtype=np.float64)
     cutoff = corpus_cutoff(arr, top_percent) if top_percent is not None else threshold
     kept = 0
-    marker = Path(str(output) + ".json")  # cuvee's: says which plan wrote the output, and whether it is whole
+    marker = marker_of(output)  # cuvee's: says which plan wrote the output, and whether it is whole
     with replacing_text(output) as f:
         for doc, s in zip(docs, arr):
             if cutoff is not None and s < cutoff:
@@ -327,5 +313,7 @@ def annotate_cmd(inputs, out, model, endpoint, api, api_key_env, prompt, n, seed
 
 main = classify
 
-if __name__ == "__main__":
-    classify()
+if __name__ == "__main__":  # `python -m cuvee.classifiers.cli ARGS` is `cuvee classify ARGS`, its one-line errors too
+    from cuvee.cli import main as cuvee_main
+
+    cuvee_main(["classify", *sys.argv[1:]], prog_name="cuvee")

@@ -22,6 +22,7 @@ from pathlib import Path
 import click
 
 from cuvee.classifiers.examples import NEGATIVE, POSITIVE, Examples
+from cuvee.kernel.atomic import write_json
 
 REPO = Path(__file__).resolve().parents[2]
 DEV_JSONL = REPO / "data" / "curated" / "wcxb_dev_main_content.jsonl.gz"
@@ -96,7 +97,7 @@ def main(shared: str, output: str):
               "train_labels": {lab: train.labels.count(lab) for lab in (POSITIVE, NEGATIVE)},
               "valid_labels": {lab: valid.labels.count(lab) for lab in (POSITIVE, NEGATIVE)},
               "config": cfg.__dict__, "valid_metrics": metrics, "size_bytes": Path(output).stat().st_size}
-    Path(str(output) + ".metrics.json").write_text(json.dumps(report, indent=2))
+    write_json(Path(str(output) + ".metrics.json"), report)
     click.echo(json.dumps(report, indent=2))
 
 

@@ -50,7 +50,8 @@ from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from cuvee.classifiers.scoring import CorpusPhaseStep
+from cuvee.classifiers.scoring import CorpusPhaseStep, save_rank_file
+from cuvee.kernel.atomic import write_json
 from cuvee.pipeline.recipe import RecipeError
 from cuvee.pipeline.registry import (
     Barrier,
@@ -158,18 +159,10 @@ class EnsembleScoreRecorder(PipelineStep):
             yield doc
         root = Path(self.scores_dir)
         for i, values in enumerate(seen):
-            _save_atomic(root / str(i) / f"{rank:05d}.npy", np.asarray(values, dtype=np.float64))
-        keys_file = root / "keys" / f"{rank:05d}.json"
-        keys_file.parent.mkdir(parents=True, exist_ok=True)
-        keys_file.write_text(json.dumps(sorted(meta_keys)))
-
-
-def _save_atomic(path: Path, arr: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        np.save(f, arr)
-    tmp.replace(path)
+            arr = np.asarray(values, dtype=np.float64)
+            save_rank_file(str(root / str(i)), f"{rank:05d}.npy", lambda f, a=arr: np.save(f, a))
+        (root / "keys").mkdir(parents=True, exist_ok=True)
+        write_json(root / "keys" / f"{rank:05d}.json", sorted(meta_keys), indent=None)
 
 
 class EnsembleDistribution(CorpusPhaseStep):
@@ -199,9 +192,9 @@ class EnsembleDistribution(CorpusPhaseStep):
             counts[key] = int(merged.size)
             if merged.size == 0:  # the recipe names a key the documents lack: the user's to fix, in one line
                 raise RecipeError(f"{self.stage}: no document has a numeric {key!r}{_did_you_mean(key, root / 'keys')}")
-            _save_atomic(out / f"{i}.npy", merged)
+            save_rank_file(str(out), f"{i}.npy", lambda f, a=merged: np.save(f, a))
         info = {"members": counts, "documents": max(counts.values())}
-        (out / "info.json").write_text(json.dumps(info))
+        write_json(out / "info.json", info, indent=None)
         return info
 
 

@@ -8,7 +8,6 @@ share :func:`normalize` so that a model sees the same text form in both. Models 
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass
@@ -18,6 +17,8 @@ import numpy as np
 
 from cuvee.classifiers.examples import POSITIVE, Examples
 from cuvee.classifiers.metrics import binary_metrics
+from cuvee.kernel.atomic import replacing, write_json
+from cuvee.kernel.owned_file import marker
 
 
 def normalize(text: str, max_chars: int | None = None) -> str:
@@ -56,9 +57,9 @@ def _write_training_file(ex: Examples, path: str) -> None:
 
 
 def train_fasttext(train: Examples, output: str | Path, cfg: FastTextConfig = FastTextConfig(), plan: dict | None = None):
-    """Train and save a supervised fastText model (written under a temporary name, then renamed); returns it.
+    """Train and save a supervised fastText model (through the kernel's atomic write); returns it.
 
-    ``<output>.json`` records the config, labels and ``plan``: it marks the file as cuvee's (``outputs.py``)."""
+    ``<output>.json`` records the config, labels and ``plan``: the kernel's marker of an owned file."""
     import fasttext
 
     from cuvee.classifiers.fasttext_child import train_in_child
@@ -67,10 +68,9 @@ def train_fasttext(train: Examples, output: str | Path, cfg: FastTextConfig = Fa
         raise ValueError(f"need at least two labels to train a classifier, got {sorted(set(train.labels))}")
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, replacing(output) as part:
         train_file = os.path.join(tmp, "train.txt")
         _write_training_file(train, train_file)
-        part = output.with_name(f".{output.name}.{os.getpid()}.tmp")
         try:  # a fresh process, so fastText's unset matrix rows are zero pages (cuvee/classifiers/fasttext_child.py)
             train_in_child(dict(input=train_file, lr=cfg.lr, dim=cfg.dim, epoch=cfg.epoch, wordNgrams=cfg.word_ngrams,
                                 minCount=cfg.min_count, bucket=cfg.bucket, thread=cfg.threads, seed=cfg.seed, verbose=0),
@@ -82,9 +82,8 @@ def train_fasttext(train: Examples, output: str | Path, cfg: FastTextConfig = Fa
                                    f"training file") from None
             raise
         model = fasttext.load_model(str(part))
-    os.replace(part, output)
-    Path(str(output) + ".json").write_text(json.dumps({"kind": "fasttext", "config": asdict(cfg), "labels": sorted(set(train.labels)),
-                                                       "plan": plan}, indent=2, default=str))
+    write_json(marker(output), {"kind": "fasttext", "config": asdict(cfg), "labels": sorted(set(train.labels)),
+                                "plan": plan})
     return model
 
 

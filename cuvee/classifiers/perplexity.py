@@ -43,6 +43,7 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from pydantic import Field, model_validator
 
 from cuvee.classifiers.scoring import CorpusPhaseStep, save_rank_file, score_key, scored_in_batches
+from cuvee.kernel.atomic import write_json
 from cuvee.pipeline.registry import Barrier, BuildContext, Phase, StageParams, register_stage
 
 IGNORE_INDEX = -100
@@ -400,9 +401,7 @@ class PercentileBuckets(CorpusPhaseStep):
             info["groups"] = {str(g): {"cutoffs": bucket_cutoffs(scores[groups == g], self.percentiles),
                                        "documents": int((groups == g).sum())} for g in np.unique(groups)}
         Path(self.cutoffs_path).parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(str(self.cutoffs_path) + ".tmp")
-        tmp.write_text(json.dumps(info, indent=2))
-        tmp.replace(self.cutoffs_path)
+        write_json(self.cutoffs_path, info)
         return info
 
 

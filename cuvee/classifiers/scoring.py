@@ -23,6 +23,7 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
 
+from cuvee.kernel.atomic import replacing, write_json
 from cuvee.pipeline.registry import Barrier, BuildContext, Phase
 
 
@@ -59,13 +60,11 @@ def _forwarded(step: PipelineStep, batch: list[Document]) -> DocumentsPipeline:
 
 
 def save_rank_file(scores_dir: str, name: str, write: Callable[[BinaryIO], None]) -> None:
-    """``scores_dir/name`` written by ``write`` under a temporary name, then renamed (a phase reads only whole files)."""
+    """``scores_dir/name`` written by ``write`` through the kernel's atomic write (a phase reads only whole files)."""
     out = Path(scores_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f"{name}.tmp"
-    with open(tmp, "wb") as f:
+    with replacing(out / name) as tmp, open(tmp, "wb") as f:
         write(f)
-    tmp.rename(out / name)
 
 
 class ScoreAnnotator(PipelineStep):
@@ -164,7 +163,7 @@ class PercentileCutoff(CorpusPhaseStep):
             "ranks": len(files),
         }
         Path(self.cutoff_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(self.cutoff_path).write_text(json.dumps(info))
+        write_json(self.cutoff_path, info, indent=None)
         return info
 
 

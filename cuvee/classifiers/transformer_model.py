@@ -24,6 +24,7 @@ import numpy as np
 from cuvee.classifiers.embedder import Encoder
 from cuvee.classifiers.examples import POSITIVE, Examples
 from cuvee.classifiers.metrics import binary_metrics, regression_metrics
+from cuvee.kernel.atomic import replacing, write_json
 
 
 def _head(dim: int, n_out: int):
@@ -78,10 +79,11 @@ def train_transformer(train: Examples, output: str | Path, encoder: str = "all-M
     head, classes = train_head(emb, train.labels, task, epochs=epochs, lr=lr)
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    torch.save(head.state_dict(), out / "head.pt")
+    with replacing(out / "head.pt") as tmp:
+        torch.save(head.state_dict(), tmp)
     cfg = {"kind": "transformer", "encoder": encoder, "task": task, "labels": classes, "dim": int(emb.shape[1]),
            "max_length": max_length, "train_examples": len(train)}
-    (out / "head.json").write_text(json.dumps(cfg, indent=2))
+    write_json(out / "head.json", cfg)
     return cfg
 
 
