@@ -1,4 +1,4 @@
-"""Where ``cuvee card`` writes: the cuvee/folders.py contract (claim, lock) and never a file cuvee did not write."""
+"""Where ``cuvee card`` writes: the kernel's folder contract (claim, lock) and never a file cuvee did not write."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cuvee.card import write_card
-from cuvee.folders import FolderError, claim, locked, owner
+from cuvee.kernel.workdir import FolderError, claim, locked, owner
 
 
 def small_run(tmp_path: Path) -> Path:
@@ -98,9 +98,9 @@ def test_a_crafted_card_record_cannot_make_cuvee_delete_other_files(tmp_path):
 def test_cli_refusal_is_one_line(tmp_path):
     from click.testing import CliRunner
 
-    from cuvee.card.cli import card
+    from cuvee.cli import main
 
     run = small_run(tmp_path)
     (run / "output" / "README.md").write_text("mine")
-    res = CliRunner().invoke(card, [str(run), "--max-token-docs", "0"])
+    res = CliRunner().invoke(main, ["card", str(run), "--max-token-docs", "0"])
     assert res.exit_code != 0 and "was not written by cuvee" in res.output and "Traceback" not in res.output

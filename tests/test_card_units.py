@@ -48,9 +48,9 @@ def test_bad_manifest_is_a_clear_error(tmp_path):
 def test_cli_reports_bad_run_dir_without_traceback(tmp_path):
     from click.testing import CliRunner
 
-    from cuvee.card.cli import card
+    from cuvee.cli import main
 
-    res = CliRunner().invoke(card, [str(tmp_path)])
+    res = CliRunner().invoke(main, ["card", str(tmp_path)])
     assert res.exit_code != 0 and "neither stats.json nor datatrove stats" in res.output
     assert "Traceback" not in res.output
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,6 @@ from cuvee.card.profile import OutputProfile, profile_outputs
 from cuvee.card.run_data import RunData, load_run
 from cuvee.card.scores import thresholds_by_score
 from cuvee.card.sections import CardWriter
-from cuvee.folders import locked
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,8 @@ def write_card(
     """Write ``README.md`` (Hub dataset card), ``card.html`` and ``card_images/*.png``; return their paths."""
     run = load_run(run_dir, mix)
     place = choose(run.run_dir, run.output_root, out_dir)
-    with locked(place.lock_folder, place.what):
+    with ExitStack() as held:
+        place.hold(held)
         return _write_locked(run, place.folder, license, pretty_name, max_token_docs)
 
 

@@ -15,14 +15,8 @@ import click
 def card(run_dir, mix, out_dir, license_, pretty_name, max_token_docs):
     """Write a Hugging Face dataset card (README.md + self-contained card.html + PNG plots) for RUN_DIR."""
     from cuvee.card.build import write_card
-    from cuvee.card.escape import CardMarkupError
-    from cuvee.card.run_data import CardInputError
-    from cuvee.folders import FolderError
 
-    try:
-        files = write_card(run_dir, mix=mix, out_dir=out_dir, license=license_, pretty_name=pretty_name, max_token_docs=max_token_docs)
-    except (CardInputError, FolderError, CardMarkupError) as e:
-        raise click.ClickException(" ".join(str(e).split())) from None
+    files = write_card(run_dir, mix=mix, out_dir=out_dir, license=license_, pretty_name=pretty_name, max_token_docs=max_token_docs)
     if not files.run.complete:
         click.echo("note: partial run (complete=false); the card says so", err=True)
     click.echo(f"card: {files.readme}")

@@ -1,27 +1,29 @@
-"""Where a card is written, which cuvee folder is locked meanwhile, and which files it may replace.
+"""Where a card is written, which cuvee folder is held meanwhile, and which files it may replace.
 
 Why: the card goes into folders that hold other things (by default the run's output folder, which is a
-Hugging Face dataset repository in the making, where a user may already keep their own README.md). It
-follows the contract of :mod:`cuvee.folders`: a folder of its own (``--out DIR``, or ``<run>/card``) is
-claimed as kind ``card``; the run's output folder belongs to the run, so the run's folder is locked while the
-card is written (a ``cuvee run`` working there at the same moment is refused, and the other way round). In
-every case ``.cuvee-card.json`` records the SHA-256 of each file the card wrote, and a file is replaced or
-removed only while it still has a recorded hash: a file cuvee did not write, or one edited since, stops the
-card before anything is written.
+Hugging Face dataset repository in the making, where a user may already keep their own README.md). A folder of
+its own (``--out DIR``, or ``<run>/card``) is opened through the kernel's preamble as kind ``card``
+(:mod:`cuvee.kernel.workdir`: claim, lock, bind, sweep); the run's output folder belongs to the run, so the run's
+folder is locked while the card is written (a ``cuvee run`` working there at the same moment is refused, and the
+other way round). In every case ``.cuvee-card.json`` records the SHA-256 of each file the card wrote, and a file
+is replaced or removed only while it still has a recorded hash: a file cuvee did not write, or one edited since,
+stops the card before anything is written. Every file goes through the kernel's atomic write.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from cuvee.folders import FolderError, claim, owner
+from cuvee.kernel.atomic import write_bytes
+from cuvee.kernel.workdir import FolderError, Workdir, locked, open_workdir, owner
 
 RECORD = ".cuvee-card.json"
+CARD_FOLDER = Workdir("card", "card folder")
 CARD_FILE = re.compile(r"(README\.md|card\.html|card_images/[A-Za-z0-9_-]+\.png)")  # all a card ever writes
 
 
@@ -30,6 +32,15 @@ class Place:
     folder: Path  # where README.md, card.html and card_images/ go
     lock_folder: Path  # the cuvee folder whose lock is held while writing
     what: str  # for messages
+    own: bool = False  # a card folder (else the run's output folder)
+
+    def hold(self, held: ExitStack) -> None:
+        """Until ``held`` closes: the card's own folder opened through the kernel's preamble (its binding says only
+        that it holds a card), or the run's folder locked (its plan is the run's, not the card's to bind)."""
+        if self.own:
+            open_workdir(self.folder, CARD_FOLDER, {"command": "card"}, held)
+        else:
+            held.enter_context(locked(self.lock_folder, self.what))
 
 
 def _inside(p: Path, parent: Path) -> bool:
@@ -40,8 +51,8 @@ def _inside(p: Path, parent: Path) -> bool:
 
 
 def choose(run_dir: Path, output_root: Path | None, out_dir: str | Path | None) -> Place:
-    """The card's folder: ``out_dir``, else the run's output folder, else ``<run_dir>/card``; claims a folder of
-    its own as kind ``card``, and for the output folder finds the cuvee run folder that owns it."""
+    """The card's folder: ``out_dir``, else the run's output folder, else ``<run_dir>/card``; for the output folder,
+    the cuvee run folder that owns it."""
     if output_root is not None and (out_dir is None or Path(out_dir).resolve() == output_root.resolve()):
         for cand in (output_root, run_dir):
             mark = owner(cand)
@@ -53,8 +64,7 @@ def choose(run_dir: Path, output_root: Path | None, out_dir: str | Path | None) 
         raise FolderError(f"output folder {output_root} is not in a folder cuvee created for a run (no "
                           f".cuvee-owner.json); write the card elsewhere with --out DIR")
     folder = Path(out_dir) if out_dir is not None else run_dir / "card"
-    claim(folder, "card", what="card folder")
-    return Place(folder, folder, "card folder")
+    return Place(folder, folder, CARD_FOLDER.what, own=True)
 
 
 def _sha(data: bytes) -> str:
@@ -81,14 +91,8 @@ def _read_record(folder: Path) -> dict[str, list[str]]:
                       f"files (README.md, card.html, card_images/, {RECORD}) or write the card elsewhere with --out")
 
 
-def _atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def _write_record(folder: Path, files: dict[str, list[str]]) -> None:
-    _atomic(folder / RECORD, json.dumps({"files": files}, indent=2, sort_keys=True).encode())
+    write_bytes(folder / RECORD, json.dumps({"files": files}, indent=2, sort_keys=True).encode())
 
 
 def _check(folder: Path, rel: str, recorded: dict[str, list[str]]) -> None:
@@ -120,7 +124,7 @@ def write_files(folder: Path, files: dict[str, bytes]) -> dict[str, Path]:
     for rel, data in files.items():
         path = folder / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic(path, data)
+        write_bytes(path, data)
         written[rel] = path
     for rel in set(recorded) - set(files):
         (folder / rel).unlink(missing_ok=True)
