@@ -14,9 +14,9 @@ unreadable cache is rebuilt, an unwritable cache directory only costs the rebuil
 
 datatrove's own snapshot (:func:`datatrove_blocklist`) is read straight from the tarball in its wheel (no
 124 MB extraction); its list is already sorted and clean, which is checked and then used as the blob
-without a Python sort: a cold build is ~1 s instead of ~10 s. It is built once per machine, under a file
-lock, so the tasks of a run (or two runs) never build it at the same time; a run builds it in the parent
-process before any task starts (the URL filter's builder declares it, :mod:`cuvee.pipeline.first_use`).
+without a Python sort: a cold build is ~1 s instead of ~10 s. It is built once per machine, as a kernel job
+(one lock, one record), so the tasks of a run (or two runs) never build it at the same time; a run builds it in
+the parent process before any task starts (the URL filter's builder declares it, :mod:`cuvee.pipeline.first_use`).
 """
 
 from __future__ import annotations
@@ -25,14 +25,17 @@ import hashlib
 import io
 import itertools
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from datatrove.utils.logging import logger
 
+from cuvee.kernel.atomic import replacing, write_bytes
+
 _FORMAT = 1
+BUILT = "built.json"  # the blocklist job's record (cuvee.kernel.jobs)
 _PRINTABLE_OR_NEWLINE = bytes(range(0x21, 0x7F)) + b"\n"  # visible ASCII: nothing for strip() to remove
 
 
@@ -144,44 +147,27 @@ def load_domain_set(path: str | Path, cache: Path | None = None) -> SortedDomain
         except Exception as e:  # noqa: BLE001 - a damaged cache is rebuilt
             logger.warning(f"url filter: domain cache {blob_file} unreadable ({e}); rebuilding")
     ds = SortedDomainSet.from_list_bytes(path.read_bytes())
-    _save(ds, blob_file, off_file, str(path))
+    try:
+        _save(ds, blob_file, off_file)
+        # a log line (a task's log file, or -v): the console says it its own way (cuvee.pipeline.first_use)
+        logger.debug(f"url filter: cached {len(ds):,} domains from {path} in {folder}")
+    except OSError as e:
+        _unwritable(folder, e)
     return ds
 
 
-def _save(ds: SortedDomainSet, blob_file: Path, off_file: Path, source: str) -> bool:
+def _save(ds: SortedDomainSet, blob_file: Path, off_file: Path) -> None:
+    """The two arrays through the kernel's atomic write, offsets last: their presence marks a complete cache."""
     import numpy as np
 
-    try:
-        blob_file.parent.mkdir(parents=True, exist_ok=True)
-        for arr, final in ((ds._blob, blob_file), (ds._off, off_file)):  # offsets last: their presence marks a complete cache
-            tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp.npy")
-            np.save(tmp, arr)
-            os.replace(tmp, final)
-        # a log line (a task's log file, or -v): the console says it its own way (cuvee.pipeline.first_use)
-        logger.debug(f"url filter: cached {len(ds):,} domains from {source} in {blob_file.parent}")
-        return True
-    except OSError as e:
-        logger.warning(f"url filter: could not write the domain cache under {blob_file.parent} ({e}); "
-                       f"rebuilding it every run")
-        return False
+    blob_file.parent.mkdir(parents=True, exist_ok=True)
+    for arr, final in ((ds._blob, blob_file), (ds._off, off_file)):
+        with replacing(final) as tmp, open(tmp, "wb") as f:
+            np.save(f, arr)
 
 
-@contextmanager
-def _machine_lock(path: Path):
-    """An exclusive lock on ``path`` between the processes of this machine (none if it cannot be created)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(path, "a")  # held for the with-block
-    except OSError:
-        yield
-        return
-    try:
-        import fcntl
-
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
-    finally:
-        f.close()  # releases the lock
+def _unwritable(folder: Path, e: Exception) -> None:
+    logger.warning(f"url filter: could not write the domain cache under {folder} ({e}); rebuilding it every run")
 
 
 DATATROVE_TARBALL = "url_filterblacklistsv0_3_0.tar.gz"
@@ -210,46 +196,62 @@ def datatrove_blocklist(tarball: Path | None = None, cache: Path | None = None,
                         announce: Callable[[str], None] | None = None) -> tuple[SortedDomainSet, Path]:
     """datatrove's UT1 snapshot: its domains (memory-mapped) and the folder holding its ``urls`` list.
 
-    Built once per machine under a file lock (a process that finds it being built waits, then loads it);
-    ``announce`` is told before and after a build, so a caller can show the step."""
-    import tarfile
-
+    Built once per machine as a kernel job (:func:`cuvee.kernel.jobs.run_once`: a process that finds it being built
+    waits, then loads it); an unwritable cache only costs the build, served from memory. ``announce`` is told
+    before and after a build, so a caller can show the step."""
     import numpy as np
 
-    from cuvee.pipeline.fastgzip import open_gzip
+    from cuvee.kernel.jobs import run_once
+    from cuvee.kernel.workdir import FolderError
 
     tarball = tarball or datatrove_tarball()
     blob_file, off_file, urls_file = _blocklist_files(tarball, cache)
+    folder = off_file.parent
     if not (off_file.is_file() and urls_file.is_file()):
-        with _machine_lock(off_file.parent.with_suffix(".lock")):
-            if not (off_file.is_file() and urls_file.is_file()):
-                t0 = time.perf_counter()
-                if announce:
-                    announce("url_filter: building the URL blocklist cache (once per machine)")
-                found: dict[str, bytes] = {}
-                with open_gzip(tarball, "rb") as gz, tarfile.open(fileobj=gz, mode="r|") as tar:
-                    for member in tar:
-                        if member.name in ("domains", "urls"):
-                            found[member.name] = tar.extractfile(member).read()
-                ds = SortedDomainSet.from_list_bytes(found["domains"])
-                saved = _save(ds, blob_file, off_file, str(tarball))
-                try:
-                    tmp = urls_file.with_name(f".urls.{os.getpid()}.tmp")
-                    tmp.write_bytes(found["urls"])
-                    os.replace(tmp, urls_file)
-                except OSError:
-                    saved = False
-                if announce:
-                    announce(f"url_filter: blocklist cache built ({len(ds):,} domains) in "
-                             f"{time.perf_counter() - t0:.1f} s")
-                if not saved:  # an unwritable cache: serve this process from memory
-                    folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"cuvee-urls-{os.getpid()}"
-                    folder.mkdir(parents=True, exist_ok=True)
-                    (folder / "urls").write_bytes(found["urls"])
-                    return ds, folder
+        built: dict = {}
+
+        def build() -> dict:
+            t0 = time.perf_counter()
+            if announce:
+                announce("url_filter: building the URL blocklist cache (once per machine)")
+            built.update(_read_tarball(tarball))
+            _save(built["domains"], blob_file, off_file)
+            write_bytes(urls_file, built["urls"])
+            if announce:
+                announce(f"url_filter: blocklist cache built ({len(built['domains']):,} domains) in "
+                         f"{time.perf_counter() - t0:.1f} s")
+            return {"format": _FORMAT, "domains": len(built["domains"])}
+
+        try:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            if not os.access(folder.parent, os.W_OK):  # run_once waits for a lock it cannot create as for a busy one
+                raise OSError("not writable")
+            run_once(folder / BUILT, folder.parent, folder.name, build, matches=lambda rec: rec.get("format") == _FORMAT,
+                     mismatch=lambda: OSError(f"{folder / BUILT} is not this cache's record"))
+        except (OSError, FolderError) as e:
+            _unwritable(folder, e)
+            built = built or _read_tarball(tarball)
+            mine = Path(tempfile.mkdtemp(prefix="cuvee-urls-"))
+            (mine / "urls").write_bytes(built["urls"])
+            return built["domains"], mine
     try:
         return SortedDomainSet(np.load(blob_file, mmap_mode="r"), np.load(off_file, mmap_mode="r")), urls_file.parent
     except Exception as e:  # noqa: BLE001 - a damaged cache is rebuilt
-        logger.warning(f"url filter: blocklist cache {off_file.parent} unreadable ({e}); rebuilding")
+        logger.warning(f"url filter: blocklist cache {folder} unreadable ({e}); rebuilding")
         off_file.unlink(missing_ok=True)
+        (folder / BUILT).unlink(missing_ok=True)
         return datatrove_blocklist(tarball, cache, announce)
+
+
+def _read_tarball(tarball: Path) -> dict:
+    """``{"domains": SortedDomainSet, "urls": bytes}``, read straight from the tarball (no extraction)."""
+    import tarfile
+
+    from cuvee.pipeline.fastgzip import open_gzip
+
+    found: dict[str, bytes] = {}
+    with open_gzip(tarball, "rb") as gz, tarfile.open(fileobj=gz, mode="r|") as tar:
+        for member in tar:
+            if member.name in ("domains", "urls"):
+                found[member.name] = tar.extractfile(member).read()
+    return {"domains": SortedDomainSet.from_list_bytes(found["domains"]), "urls": found["urls"]}

@@ -28,6 +28,7 @@ from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
 from pydantic import Field
 
+from cuvee.kernel.atomic import replacing, write_json
 from cuvee.pipeline.registry import Barrier, BuildContext, Phase, StageParams, register_stage
 
 LDNOOBW_DIR = Path(__file__).resolve().parent.parent / "assets" / "url_lists" / "ldnoobw"
@@ -280,9 +281,8 @@ class TokenCounter(PipelineStep):
             counts += np.bincount(np.concatenate(buf), minlength=n_vocab)
         out = Path(self.out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        with open(out / f"{rank:05d}.npy.tmp", "wb") as f:
+        with replacing(out / f"{rank:05d}.npy") as tmp, open(tmp, "wb") as f:
             np.save(f, counts)
-        (out / f"{rank:05d}.npy.tmp").rename(out / f"{rank:05d}.npy")
 
 
 class MergeTokenCounts(PipelineStep):
@@ -316,10 +316,10 @@ class MergeTokenCounts(PipelineStep):
 def save_distribution(counts: np.ndarray, path: str | Path, encoding: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
+    with replacing(path) as tmp, open(tmp, "wb") as f:
         np.save(f, counts.astype(np.int64))
-    Path(str(path) + ".json").write_text(json.dumps({"encoding": encoding, "tokens": int(counts.sum()),
-                                                     "distinct": int((counts > 0).sum())}))
+    write_json(Path(str(path) + ".json"), {"encoding": encoding, "tokens": int(counts.sum()),
+                                           "distinct": int((counts > 0).sum())}, indent=None)
 
 
 def load_distribution(path: str | Path) -> tuple[np.ndarray, str]:
