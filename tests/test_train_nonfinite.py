@@ -75,7 +75,7 @@ def test_skip_mode_is_not_bound_and_a_healthy_run_skips_nothing(data, tmp_path):
     out = tmp_path / "healthy"
     cfg = _yaml(tmp_path, data, out, lr="3.0e-3")
     assert CliRunner().invoke(train_cli, [str(cfg), "--stop-after", "3"]).exit_code == 0
-    res = CliRunner().invoke(train_cli, [str(cfg), "--set", "on_nonfinite=skip"])  # resumes the same run
+    res = CliRunner().invoke(train_cli, [str(cfg), "--set", "on_nonfinite=skip", "--json"])  # resumes the same run
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout[res.stdout.index("{"):])["skipped_steps"] == 0
     assert [r["step"] for r in _strict_records(out / "log.jsonl") if r["event"] == "train"] == list(range(1, 15))
@@ -85,7 +85,8 @@ def test_a_checkpoint_is_never_written_from_nonfinite_weights(data, tmp_path):
     from cuvee.train import distributed
     from cuvee.train.loader import PackedLoader
     from cuvee.train.shards import open_shards
-    from cuvee.train.trainer import _save, build_optimizer
+    from cuvee.train.step import build_optimizer
+    from cuvee.train.trainer import _save
 
     cfg = TrainConfig(name="t", model={"dim": 32, "n_layers": 1, "n_heads": 4, "max_seq_len": 64},
                       data={"paths": [str(data)], "seq_len": 64}, out_dir=str(tmp_path / "nan"))

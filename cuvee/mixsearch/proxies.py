@@ -12,6 +12,10 @@ stream then holds each source's weight to within one piece, and the loader (``or
 stream in order, so every step sees the mixture's shares. Each piece is masked as a document of its own
 (attention never crosses pieces or documents). The shares measured over the steps actually trained are
 recorded with every proxy.
+
+Training and scoring are the trainer's own :class:`~cuvee.train.step.Step` and evaluation call, so a proxy runs as
+``cuvee train`` would with its config: autocast, compile, attention backend, ``on_nonfinite`` (skipped steps are
+counted in the record), accumulation, clipping and the LR schedule over the proxy's own number of steps.
 """
 
 from __future__ import annotations
@@ -24,14 +28,11 @@ import numpy as np
 import torch
 
 from cuvee.mixer.indexed import IndexedDataset
-from cuvee.train.attention import build_doc_mask, resolve_backend
 from cuvee.train.config import TrainConfig
-from cuvee.train.evaluate import evaluate
-from cuvee.train.loader import IGNORE_INDEX, PackedLoader
+from cuvee.train.loader import PackedLoader
 from cuvee.train.model import Llama
 from cuvee.train.piece_blend import BlendView
-from cuvee.train.schedule import lr_at
-from cuvee.train.trainer import build_optimizer
+from cuvee.train.step import Execution, Step
 
 
 def steps_for(train: TrainConfig, tokens: int) -> int:
@@ -66,49 +67,30 @@ def train_proxy(train: TrainConfig, caches: list[IndexedDataset], names: list[st
     torch.manual_seed(seed)
     mcfg = train.resolved_model(tokenizer["vocab_size"])
     # the device the worker was given (CUDA_VISIBLE_DEVICES from --devices / --gpus-per-task), else the CPU
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = Llama(mcfg).to(device)
-    backend = resolve_backend(train.attention, device)
-    optimizer = build_optimizer(model, train)
+    execution = Execution.of(train, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    model = Llama(mcfg).to(execution.device)
+    step = Step(train, model, execution, total_steps=steps,
+                last_good=lambda: "a proxy keeps no checkpoint (the values are the search file's proxy.train)")
     loader = PackedLoader(view, seq, mb, seed=seed, add_eos=False, order="mix")
     src_of = view.source_ids()
     seen = np.zeros(len(names), dtype=np.int64)
-    losses = []
+    final_loss = None  # of the last step not skipped
     model.train()
-    for step in range(steps):
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, steps, train.optim)
+    for i in range(steps):
         micro = [next(loader) for _ in range(ga)]
-        n_valid = float(sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in micro))
-        total = 0.0
-        for batch in micro:
+        for batch in micro:  # the shares this proxy actually trained on
             idx = batch["doc_index"].numpy().reshape(-1)
-            batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in batch.items()}
             seen += np.bincount(src_of[idx[idx >= 0]], minlength=len(names))
-            mask = build_doc_mask(batch["doc_ids"], backend)
-            loss = model(batch["input_ids"], batch["position_ids"], batch["doc_ids"], batch["labels"],
-                         backend=backend, mask=mask, reduction="sum")
-            (loss / n_valid).backward()
-            total += float(loss.detach())
-        if train.optim.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), train.optim.grad_clip)
-        value = total / n_valid
-        if not math.isfinite(value):
-            raise RuntimeError(f"proxy diverged at step {step + 1} (loss {value}); lower optim.lr in the proxy's "
-                               f"train config")
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(value)
-    evals = {}
-    for name, (shards, keep, doc_bytes) in targets.items():
-        r = evaluate(model, shards, seq, mb, int(keep.max()) + 1, "sdpa", device)
-        evals[name] = _metric(r, keep, doc_bytes)
+        done = step(micro, i)  # on_nonfinite: stop raises TrainingDiverged; skip drops the update, counted
+        final_loss = done.loss if done.finite else final_loss
+    evals = {name: _metric(execution.evaluate(model, shards, seq, mb, int(keep.max()) + 1), keep, doc_bytes)
+             for name, (shards, keep, doc_bytes) in targets.items()}
     c1 = os.times()
     return {
         "weights": [float(w) for w in weights], "seed": seed, "steps": steps,
         "tokens": int(steps * seq * mb * ga), "params": int(model.num_params()),
         "shares_trained": {n: float(c / max(1, seen.sum())) for n, c in zip(names, seen)},
-        "final_train_loss": losses[-1], "targets": evals,
+        "final_train_loss": final_loss, "skipped_steps": step.skipped, "targets": evals,
         "wall_s": round(time.perf_counter() - t0, 3),
         "cpu_s": round((c1.user + c1.system) - (c0.user + c0.system), 3),
     }

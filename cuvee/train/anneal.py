@@ -107,12 +107,13 @@ from cuvee.train.config import (
     TrainConfig,
     _Strict,
 )
-from cuvee.train.evaluate import evaluate, public
+from cuvee.train.evaluate import public
 from cuvee.train.model import Llama
 from cuvee.train.piece_blend import arm_sources
 from cuvee.train.schedule import lr_at
 from cuvee.train.sequential import Look, Spending, record_look
 from cuvee.train.shards import open_shards
+from cuvee.train.step import Execution
 from cuvee.train.strict_json import dumps as strict_dumps
 from cuvee.train.trainer import train
 
@@ -420,10 +421,10 @@ def _run_anneal(ac: AnnealConfig, state: dict, quiet: bool, look: Look) -> dict:
             shares.setdefault(arm, {})[str(seed)] = measured_shares(cfg)  # what this seed read, step by step
             model = Llama(mcfg).to(device)
             model.load_state_dict(average_state_dicts([load_checkpoint(p)["model"] for p in last]))
+            execution = Execution.of(cfg, device)  # scored with the backend and autocast the arm trained with
             evals = {}
             for name, shards in eval_sets.items():
-                r = evaluate(model, shards, seq_len, cfg.micro_batch, ac.eval_docs,
-                             "sdpa" if device.type == "cpu" else "flex", device)
+                r = execution.evaluate(model, shards, seq_len, cfg.micro_batch, ac.eval_docs)
                 k = keep[name]
                 doc_nats[arm][name].append(r["doc_nats"][k])
                 unit = "bpb" if r["doc_bytes"] is not None else "loss"

@@ -1,6 +1,7 @@
-"""The training loop (nanoGPT-style, one readable function): packed document-masked batches, AdamW,
-warmup + cosine/WSD/linear LR, gradient accumulation and clipping, bf16 autocast on GPU, optional
-torch.compile, FSDP2 under torchrun, checkpoints with loader state for exact resume, tokens/s + MFU logs.
+"""The training loop (nanoGPT-style, one readable function): packed document-masked batches, one
+:class:`~cuvee.train.step.Step` per optimizer step (AdamW, warmup + cosine/WSD/linear LR, gradient accumulation
+and clipping, bf16 autocast on GPU, optional torch.compile, FSDP2 under torchrun, the non-finite policy; the mix
+search's proxies take the same step), checkpoints with loader state for exact resume, tokens/s + MFU logs.
 
 The output folder belongs to one run: it is claimed (cuvee marker), locked for the whole run (a second
 process is refused) and bound to what decides its content (config, data, init checkpoint), so a resume
@@ -11,46 +12,27 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
 
 from cuvee.kernel.atomic import write_text
-from cuvee.kernel.errors import UserError
 from cuvee.kernel.workdir import FolderError, Workdir, open_workdir
 from cuvee.train import checkpoint as ckpt
 from cuvee.train import distributed as dist_utils
-from cuvee.train.attention import build_doc_mask, resolve_backend
 from cuvee.train.config import TrainConfig
-from cuvee.train.evaluate import evaluate, public
-from cuvee.train.loader import IGNORE_INDEX, PackedLoader
+from cuvee.train.evaluate import public
+from cuvee.train.loader import PackedLoader
 from cuvee.train.mfu import flops_per_token, mfu, peak_flops
 from cuvee.train.model import Llama
-from cuvee.train.schedule import lr_at
 from cuvee.train.shards import data_identity, open_shards, shard_inputs
+from cuvee.train.step import Execution, Step, TrainingDiverged, weights_finite
 from cuvee.train.strict_json import dumps as strict_dumps
 
 log = logging.getLogger(__name__)
 TRAIN_FOLDER = Workdir("train", "training output folder")
-
-
-class TrainingDiverged(UserError, RuntimeError):
-    """The loss, the gradients or the weights stopped being finite; the message names the step and the value."""
-
-
-def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW; weight decay on matrices only (norm gains are not decayed)."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    o = cfg.optim
-    fused = next(model.parameters()).is_cuda
-    return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": o.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, fused=fused or None,
-    )
 
 
 class JsonlLog:
@@ -112,22 +94,15 @@ def _train(cfg: TrainConfig, info, held: ExitStack, resume: bool, stop_after: in
         from cuvee.train.piece_blend import arm_sources
 
         arm_sources(shards)
+    execution = Execution.of(cfg, device)  # e.g. attention: flex on a CPU is refused here, before the folder is claimed
     _open_out_dir(out_dir, _binding(cfg, mcfg, shards, info, init_from, init_optimizer, peak_lr), shard_inputs(shards),
                   resume, info, held)
     loader = PackedLoader(shards, cfg.data.seq_len, cfg.micro_batch, seed=cfg.data.seed, rank=info.rank,
                           world_size=info.world_size, add_eos=cfg.data.add_eos,
                           order=cfg.data.order, window=cfg.data.window)  # "mix": the blend holds at every step
     model = Llama(mcfg).to(device)
-    backend = resolve_backend(cfg.attention, device)
-    use_bf16 = cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device.type == "cuda")
-    if info.world_size > 1:
-        dist_utils.shard_model(model, bf16_params=use_bf16)
-    if cfg.compile:
-        for layer in model.layers:  # per-block compile (as torchtitan): small graphs, masks built outside
-            layer.compile()
-    optimizer = build_optimizer(model, cfg)
-    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16 and info.world_size == 1
-                else nullcontext())
+    train_step = Step(cfg, model, execution, info, peak_lr=peak_lr, last_good=lambda: _last_good(out_dir))
+    optimizer = train_step.optimizer
 
     # ---- resume / init ---------------------------------------------------------------------
     step, tokens_seen, losses = 0, 0, {}
@@ -150,7 +125,7 @@ def _train(cfg: TrainConfig, info, held: ExitStack, resume: bool, stop_after: in
     flops_tok = flops_per_token(model.num_params(exclude_embeddings=True), mcfg.n_layers, mcfg.dim, cfg.data.seq_len)
     peak = peak_flops(torch.cuda.get_device_name(device) if device.type == "cuda" else None)
     tokens_per_step = cfg.micro_batch * cfg.data.seq_len * cfg.grad_accum * info.world_size
-    say(f"model {n_params / 1e6:.2f}M params, attention={backend}, device={device}, world={info.world_size}, "
+    say(f"model {n_params / 1e6:.2f}M params, attention={execution.backend}, device={device}, world={info.world_size}, "
         f"{tokens_per_step} tokens/step, {flops_tok / 1e6:.1f} MFLOPs/token")
     jlog = JsonlLog(out_dir / "log.jsonl", info.is_main)
     if info.is_main:
@@ -161,57 +136,27 @@ def _train(cfg: TrainConfig, info, held: ExitStack, resume: bool, stop_after: in
     # ---- the loop --------------------------------------------------------------------------
     model.train()
     t_last, tokens_last = time.perf_counter(), tokens_seen
-    skipped = skipped_in_a_row = 0  # steps whose update was dropped (on_nonfinite: skip)
     while step < cfg.steps and (stop_after is None or step < stop_after):
-        lr = lr_at(step, cfg.steps, cfg.optim, peak_lr)  # the schedule, visibly
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-
-        micro = [next(loader) for _ in range(cfg.grad_accum)]
-        # normalise by the number of predicted tokens in the whole (global) step, not per micro-batch:
-        n_valid = torch.tensor(float(sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in micro)), device=device)
-        dist_utils.all_reduce_sum(n_valid, info)
-        loss_sum = torch.zeros((), device=device)
-        for batch in micro:
-            batch = {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
-            mask = build_doc_mask(batch["doc_ids"], backend)
-            with autocast:
-                loss = model(batch["input_ids"], batch["position_ids"], batch["doc_ids"], batch["labels"],
-                             backend=backend, mask=mask, reduction="sum", loss_chunk_tokens=cfg.loss_chunk_tokens)
-            # FSDP averages gradients over ranks; scale by world so the result is the global token mean
-            (loss * info.world_size / n_valid).backward()
-            loss_sum += loss.detach()
-
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf)
-        step_loss = (dist_utils.all_reduce_sum(loss_sum, info) / n_valid).item()
-        finite = math.isfinite(step_loss) and math.isfinite(float(grad_norm))  # the same on every rank (reduced)
-        if not finite:
-            skipped_in_a_row += 1
-            _nonfinite_step(cfg, model, info, out_dir, step + 1, step_loss, float(grad_norm), lr, skipped_in_a_row)
-            skipped += 1
-        else:
-            skipped_in_a_row = 0
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        done = train_step([next(loader) for _ in range(cfg.grad_accum)], step)  # on_nonfinite: stop raises here
         step += 1
         tokens_seen += tokens_per_step
-        if not finite:  # on_nonfinite: skip - the step's data is consumed, its update dropped
-            jlog.write({"event": "skip", "step": step, "loss": step_loss, "grad_norm": float(grad_norm), "lr": lr,
+        if not done.finite:  # on_nonfinite: skip - the step's data is consumed, its update dropped
+            jlog.write({"event": "skip", "step": step, "loss": done.loss, "grad_norm": done.grad_norm, "lr": done.lr,
                         "reason": "non-finite loss or gradient norm; update skipped", "time": time.time()})
-            say(f"step {step:6d} | skipped: loss {step_loss}, gradient norm {float(grad_norm)} (not finite)")
+            say(f"step {step:6d} | skipped: loss {done.loss}, gradient norm {done.grad_norm} (not finite)")
         else:
-            losses[step] = step_loss
+            losses[step] = done.loss
 
-        if finite and (step % cfg.log_every == 0 or step == cfg.steps or step == 1):
+        if done.finite and (step % cfg.log_every == 0 or step == cfg.steps or step == 1):
             if device.type == "cuda":
                 torch.cuda.synchronize()
             now = time.perf_counter()
             tok_s = (tokens_seen - tokens_last) / max(now - t_last, 1e-9)
             util = mfu(tok_s / info.world_size, flops_tok, peak)
-            rec = {"event": "train", "step": step, "loss": step_loss, "lr": lr, "grad_norm": float(grad_norm),
+            rec = {"event": "train", "step": step, "loss": done.loss, "lr": done.lr, "grad_norm": done.grad_norm,
                    "tokens": tokens_seen, "tokens_per_s": tok_s, "mfu": util, "time": time.time()}
             jlog.write(rec)
-            say(f"step {step:6d} | loss {step_loss:.4f} | lr {lr:.2e} | gnorm {float(grad_norm):.3f} | "
+            say(f"step {step:6d} | loss {done.loss:.4f} | lr {done.lr:.2e} | gnorm {done.grad_norm:.3f} | "
                 f"{tok_s:,.0f} tok/s" + (f" | MFU {100 * util:.1f}%" if util is not None else ""))
             t_last, tokens_last = now, tokens_seen
 
@@ -222,17 +167,15 @@ def _train(cfg: TrainConfig, info, held: ExitStack, resume: bool, stop_after: in
     eval_results = {}
     if step >= cfg.steps and cfg.eval_paths and info.world_size == 1:
         for name, eval_shards in eval_sets.items():
-            res = public(evaluate(model, eval_shards, cfg.data.seq_len, cfg.micro_batch, cfg.eval_docs,
-                                  backend if backend != "flex" or device.type == "cuda" else "sdpa", device,
-                                  torch.bfloat16 if use_bf16 else None))
+            res = public(execution.evaluate(model, eval_shards, cfg.data.seq_len, cfg.micro_batch, cfg.eval_docs))
             eval_results[name] = res
             jlog.write({"event": "eval", "step": step, "source": name, **res})
             say(f"eval {name}: loss {res['loss']:.4f}" + (f", bpb {res['bpb']:.4f}" if res["bpb"] else ""))
-    if skipped:
-        say(f"warning: {skipped} step(s) of this session had a non-finite loss or gradient norm and were skipped "
+    if train_step.skipped:
+        say(f"warning: {train_step.skipped} step(s) of this session had a non-finite loss or gradient norm and were skipped "
             f"(on_nonfinite: skip); see the \"skip\" events in {out_dir / 'log.jsonl'}")
     return {"out_dir": str(out_dir), "step": step, "tokens": tokens_seen, "losses": losses, "eval": eval_results,
-            "skipped_steps": skipped,
+            "skipped_steps": train_step.skipped,
             "checkpoint": str(last_ckpt) if last_ckpt else None, "params": n_params, "model": mcfg.model_dump()}
 
 
@@ -319,45 +262,13 @@ def _load_model_and_optim(model, optimizer, state: dict, info, load_optim: bool)
         set_optimizer_state_dict(model, optimizer, state["optim"], options=opts)
 
 
-def _weights_finite(model, info) -> bool:
-    """Whether every parameter (every rank's shard) is finite; the same answer on every rank."""
-    bad = torch.zeros((), device=info.device)
-    for p in model.parameters():
-        local = p.to_local() if hasattr(p, "to_local") else p  # FSDP2 DTensor: this rank's shard
-        bad += (~torch.isfinite(local.detach())).sum()
-    return dist_utils.all_reduce_sum(bad, info).item() == 0
-
-
 def _last_good(out_dir: Path) -> str:
     last = ckpt.latest_checkpoint(out_dir)
     return f"the last checkpoint, {last}, holds finite weights" if last else "no checkpoint was written"
 
 
-MAX_SKIPS_IN_A_ROW = 10  # on_nonfinite: skip stops after this many non-finite steps in a row: that is divergence
-
-
-def _nonfinite_step(cfg: TrainConfig, model, info, out_dir: Path, step: int, loss: float, gnorm: float,
-                    lr: float, in_a_row: int) -> None:
-    """A step with a NaN/inf loss or gradient norm: stop (default) or, with ``on_nonfinite: skip``, let the
-    caller drop its update - unless the weights themselves are already non-finite, which no skip repairs,
-    or more than ``MAX_SKIPS_IN_A_ROW`` steps in a row were non-finite."""
-    what = f"loss {loss}, gradient norm {gnorm}"
-    if cfg.on_nonfinite == "stop":
-        why = "stopped before updating the weights"
-    elif not _weights_finite(model, info):
-        why = "the weights themselves are no longer finite (an earlier update diverged)"
-    elif in_a_row > MAX_SKIPS_IN_A_ROW:
-        why = f"the last {in_a_row} steps were all non-finite (on_nonfinite: skip stops after {MAX_SKIPS_IN_A_ROW})"
-    else:
-        return
-    raise TrainingDiverged(
-        f"training diverged at step {step}: {what} (not finite); {why}; {_last_good(out_dir)}. Lower optim.lr "
-        f"(the schedule gave {lr:.3g} at this step) or check the optim and model values"
-        + ("; on_nonfinite: skip drops such steps instead of stopping" if cfg.on_nonfinite == "stop" else ""))
-
-
 def _save(out_dir, step, tokens_seen, model, optimizer, loader, cfg, mcfg, shards, info):
-    if not _weights_finite(model, info):  # a checkpoint is never written from NaN/inf weights
+    if not weights_finite(model, info):  # a checkpoint is never written from NaN/inf weights
         raise TrainingDiverged(f"training diverged by step {step}: the weights are not finite, so no checkpoint is "
                                f"written for this step; {_last_good(out_dir)}. Lower optim.lr or check the optim "
                                f"and model values")
