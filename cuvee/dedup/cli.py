@@ -119,7 +119,7 @@ def run(stage: str, inputs: tuple[str], work_dir: str, tasks: int, workers: int,
     """
     from cuvee.dedup.local_run import build, executors, merged_counters
     from cuvee.kernel.stamps import stamps
-    from cuvee.kernel.workdir import FolderError, Workdir, owned
+    from cuvee.kernel.workdir import Workdir, owned
     params = _parse_params(param)
     files = _input_files(inputs)
     odd = next((f for f in files if any(c != c.strip() or "\n" in c or "\r" in c for c in Path(f).parts)), None)
@@ -135,12 +135,9 @@ def run(stage: str, inputs: tuple[str], work_dir: str, tasks: int, workers: int,
     except (ValueError, TypeError, LookupError) as e:  # a builder refusing its settings
         raise click.ClickException(" ".join(str(e).split())) from None
     binding = dedup_binding(stage, resolved, files, tasks)
-    try:
-        with owned(work, Workdir("dedup", "dedup work folder"), binding, fresh=fresh,
-                   inputs=stamps(str(Path(f).resolve()) for f in files)):
-            executors(barrier, _readers(files, work), work, tasks, workers)[-1].run()
-    except FolderError as e:
-        raise click.ClickException(str(e)) from None
+    with owned(work, Workdir("dedup", "dedup work folder"), binding, fresh=fresh,
+               inputs=stamps(str(Path(f).resolve()) for f in files)):
+        executors(barrier, _readers(files, work), work, tasks, workers)[-1].run()
     for job, steps in merged_counters(work).items():
         for name, counters in steps.items():
             click.echo(f"{job:>18} {name}: {counters}")

@@ -35,6 +35,7 @@ from cuvee.dedup.ngram_match import (
 from cuvee.dedup.steps import lean_filter_run
 from cuvee.evaltasks import EvalTaskError
 from cuvee.evaltasks import items as eval_items
+from cuvee.kernel.atomic import write_json
 from cuvee.kernel.stamps import first_change, restamp, stamps
 from cuvee.pipeline.recipe import RecipeError
 from cuvee.pipeline.registry import (
@@ -138,7 +139,7 @@ class BuildEvalIndex(PipelineStep):
             index = NgramIndex.build(seqs, self.n)
             out = self.folder / "index"
             save_array(out / "item_bench.u16", np.array(bench, dtype=np.uint16))
-            (out / "item_ids.json").write_text(json.dumps(ids))
+            write_json(out / "item_ids.json", ids, indent=None)
             index.save(out, extra={"benchmarks": benchmarks})
             self.stat_update("index_builds")
             self.stat_update("indexed_ngrams", value=len(index.hashes))

@@ -1,12 +1,14 @@
-"""Per-rank files that survive a killed and rerun task: written to a temporary name, renamed when complete."""
+"""Per-rank files that survive a killed and rerun task: written to the kernel's temporary name (which the stale-file
+sweep of the rerun removes), renamed when complete."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import xxhash
+
+from cuvee.kernel.atomic import rename_into_place, temp_path
 
 
 class AtomicWriter:
@@ -17,7 +19,7 @@ class AtomicWriter:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.path.with_name(f".{self.path.name}.tmp{os.getpid()}")
+        self.tmp = temp_path(self.path)
         self._f = open(self.tmp, "wb")
         self.bytes = 0
 
@@ -28,7 +30,7 @@ class AtomicWriter:
 
     def close(self) -> None:
         self._f.close()
-        os.replace(self.tmp, self.path)
+        rename_into_place(self.tmp, self.path)
 
     def abort(self) -> None:
         self._f.close()

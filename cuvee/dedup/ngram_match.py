@@ -35,6 +35,7 @@ import xxhash
 
 from cuvee.dedup.files import load_array, save_array
 from cuvee.dedup.minhash import ngram_hashes
+from cuvee.kernel.atomic import write_json
 
 DEFAULT_N = 13
 SEED = 0x13C0  # fixed: an index and the texts checked against it must hash alike
@@ -168,9 +169,7 @@ class NgramIndex:
         save_array(folder / "item_grams.u32", self.item_grams)
         header = {"format": FORMAT, "n": self.n, "seed": SEED, "hashes": len(self.hashes),
                   "items": len(self.item_grams), **(extra or {})}
-        tmp = folder / ".index.json.tmp"
-        tmp.write_text(json.dumps(header))
-        tmp.replace(folder / "index.json")
+        write_json(folder / "index.json", header, indent=None)
 
     @classmethod
     def load(cls, folder: str | Path, min_ngrams: int = 1) -> NgramIndex:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 import math
-import shutil
-import tempfile
+import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
+
+from cuvee.kernel.atomic import temp_path
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,11 @@ def key_partitions(
     if stats:
         stats("spill_partitions", n_parts)
         stats("spilled_bytes", total_records * dtype.itemsize)
-    tmp = Path(tempfile.mkdtemp(prefix="spill-", dir=tmp_dir))
+    # this call's files under the kernel's temporary names: what a killed task spilled is swept on the rerun
+    stem = f"spill-{os.urandom(6).hex()}"
+    paths = [temp_path(Path(tmp_dir) / f"{stem}-{p:05d}.bin") for p in range(n_parts)]
     try:
-        files = [open(tmp / f"{p:05d}.bin", "wb") for p in range(n_parts)]
+        files = [open(path, "wb") for path in paths]
         try:
             for c in chunks():
                 if not len(c):
@@ -77,8 +80,7 @@ def key_partitions(
         finally:
             for f in files:
                 f.close()
-        for p in range(n_parts):
-            path = tmp / f"{p:05d}.bin"
+        for p, path in enumerate(paths):
             arr = np.fromfile(path, dtype=dtype)
             path.unlink()
             if arr.nbytes * overhead > budget_bytes * 2:
@@ -86,4 +88,5 @@ def key_partitions(
                             p, arr.nbytes, budget_bytes)
             yield arr
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        for path in paths:
+            path.unlink(missing_ok=True)

@@ -19,6 +19,7 @@ from datatrove.io import OutputFileManager
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.writers import JsonlWriter, ParquetWriter
 
+from cuvee.kernel.atomic import replacing
 from cuvee.pipeline.fastgzip import WRITE_LEVEL, GzipFile
 
 TOP_LEVEL_COLUMNS = ("url", "date", "language", "language_score")
@@ -250,14 +251,12 @@ class IntermediateWriter(_RankFiles):
         from datatrove.utils.batching import batched
 
         self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = self.folder / f".{rank:05d}.jsonl.tmp"
-        with open(tmp, "wb") as f:
+        with replacing(self.rank_file(rank)) as tmp, open(tmp, "wb") as f:
             for batch in batched(data or (), self.batch_size):
                 with self.track_time():
                     f.write(b"".join(orjson.dumps({"text": d.text, "id": str(d.id), "metadata": clean_metadata(d.metadata)})
                                      + b"\n" for d in batch))
                 self.stat_update("total", value=len(batch))
-        tmp.replace(self.rank_file(rank))
         return
         yield
 
