@@ -56,7 +56,7 @@ class Backend(Protocol):
 def writable(value) -> bool:
     """Whether a string, or JSON-able data, can be written as UTF-8 (a lone surrogate cannot)."""
     try:
-        (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)).encode("utf-8")
+        (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)).encode("utf-8")
     except UnicodeEncodeError:
         return False
     return True

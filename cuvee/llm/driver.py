@@ -2,10 +2,12 @@
 
 A job is a stream of units (a document, a piece of one), a prompt per unit and an ``accept`` that records each
 answer (in the job's :class:`cuvee.kernel.ledger.Ledger`). The driver keeps ``backend.concurrency`` calls in
-flight, each with up to ``backend.batch_size`` prompts, and hands the answers to ``accept`` in this thread and in
-the order of the units, as soon as every earlier call has returned: the job's files are the same bytes at any
-concurrency and after any kill. So that one slow call does not stall the others, up to :data:`LOOKAHEAD` times
-``concurrency`` calls may wait, answered, behind it (a kill loses only those and the ones in flight).
+flight, each with up to ``backend.batch_size`` prompts, and hands the answers to ``accept`` in this thread:
+
+* as they arrive (rephrase: a generation is expensive, and a kill loses only the calls in flight), or
+* ``ordered``, in the order of the units (annotate: the file is the same bytes at any concurrency and after any
+  kill). An answer then waits for the earlier ones; so that one slow call does not stall the others, up to
+  :data:`LOOKAHEAD` times ``concurrency`` calls may wait, answered, behind it (a kill loses those too).
 
 An unusable answer (:class:`~cuvee.llm.backend.ResponseError`) is counted under its reason and left for a rerun;
 any other error stops new calls, the answers of calls already made are still accepted, and the error is returned
@@ -15,18 +17,17 @@ to the job.
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import islice, takewhile
 from typing import TypeVar
 
 from cuvee.llm.backend import Backend, Completion, ResponseError
 
 log = logging.getLogger(__name__)
 Unit = TypeVar("Unit")
-LOOKAHEAD = 4  # calls that may wait, answered, behind the oldest one: this many times concurrency
+LOOKAHEAD = 4  # ordered: calls that may wait, answered, behind the oldest one, per call in flight
 
 
 @dataclass
@@ -68,26 +69,31 @@ def cost(prompt_tokens: int, completion_tokens: int, price: tuple[float, float] 
 
 
 def drive(backend: Backend, units: Iterable[Unit], prompt: Callable[[Unit], str],
-          accept: Callable[[Unit, Completion], None], tally: Tally, describe: Callable[[Unit], str] = str) -> Exception | None:
-    """Ask ``backend`` for every unit and ``accept`` each answer, in unit order; returns the error that stopped it."""
+          accept: Callable[[Unit, Completion], None], tally: Tally, describe: Callable[[Unit], str] = str,
+          ordered: bool = False) -> Exception | None:
+    """Ask ``backend`` for every unit and ``accept`` each answer; returns the error that stopped it, if any."""
     units = iter(units)
     k = max(1, backend.concurrency)
-    calls: deque = deque()  # (future, units of the call), oldest first
+    calls: list = []  # (future, units of the call), oldest first
     error: Exception | None = None
     pool = ThreadPoolExecutor(max_workers=k)
     try:
         while True:
-            while error is None and len(calls) < LOOKAHEAD * k and sum(not f.done() for f, _ in calls) < k:
+            while error is None and len(calls) < (LOOKAHEAD * k if ordered else k) and \
+                    sum(not f.done() for f, _ in calls) < k:
                 item = list(islice(units, max(1, backend.batch_size)))
                 if not item:
                     break
                 calls.append((pool.submit(backend.complete_many, [prompt(u) for u in item]), item))
             if not calls:
                 return error
-            if not calls[0][0].done():
+            ready = list(takewhile(lambda c: c[0].done(), calls)) if ordered else [c for c in calls if c[0].done()]
+            if not ready:
                 wait([f for f, _ in calls if not f.done()], return_when=FIRST_COMPLETED)
-            while calls and calls[0][0].done():
-                fut, item = calls.popleft()
+                continue
+            for call in ready:
+                calls.remove(call)
+                fut, item = call
                 try:
                     answers = fut.result()
                 except ResponseError as e:  # unusable: counted, left for a rerun
