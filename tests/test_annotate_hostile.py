@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cuvee.classifiers.cli import classify
 from cuvee.classifiers.llm_server import KeyedResponder, serve
+from cuvee.cli import main
 from cuvee.llm.prompt import load_prompt
 
 
@@ -29,7 +29,7 @@ def docs(tmp_path):
 
 
 def cli(*args):
-    return CliRunner().invoke(classify, ["annotate", *map(str, args), "--no-progress"])
+    return CliRunner().invoke(main, ["classify", "annotate", *map(str, args), "--no-progress"])
 
 
 def one_line_error(res):

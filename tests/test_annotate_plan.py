@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cuvee.classifiers.cli import classify
 from cuvee.classifiers.llm_server import serve
+from cuvee.cli import main
 
 
 def write_docs(path: Path, prefix: str, n: int = 12, pad: int = 0) -> None:
@@ -44,7 +44,7 @@ def srv():
 
 
 def cli(srv, src, out, *extra):
-    return CliRunner().invoke(classify, ["annotate", str(src), "--endpoint", srv.url, "--model", "m", "--n", "8",
+    return CliRunner().invoke(main, ["classify", "annotate", str(src), "--endpoint", srv.url, "--model", "m", "--n", "8",
                                          "--out", str(out), "--retries", "0", "--no-progress", *map(str, extra)])
 
 

@@ -20,8 +20,8 @@ from cuvee.classifiers.annotate import (
     sample_documents,
 )
 from cuvee.classifiers.annotations_file import read_done
-from cuvee.classifiers.cli import classify
 from cuvee.classifiers.llm_server import KeyedResponder, serve
+from cuvee.cli import main as cuvee_main
 from cuvee.kernel.ledger import Ledger
 from cuvee.llm.prompt import load_prompt
 from cuvee.train.demo_data import load_wcxb, split_heldout
@@ -71,7 +71,7 @@ def short_prompt(tmp_path_factory):
 
 
 def cli(*args):
-    return CliRunner().invoke(classify, ["annotate", *map(str, args), "--no-progress"])
+    return CliRunner().invoke(cuvee_main, ["classify", "annotate", *map(str, args), "--no-progress"])
 
 
 def lines(path):
@@ -291,7 +291,7 @@ def test_annotations_train_regression_head_and_filter(wcxb, tmp_path):
     assert s["prompt_tokens"] > 100 * 300
 
     head = tmp_path / "head"
-    res = CliRunner().invoke(classify, ["train", "--kind", "transformer", "--task", "regression", "--data", str(ann),
+    res = CliRunner().invoke(cuvee_main, ["classify", "train", "--kind", "transformer", "--task", "regression", "--data", str(ann),
                                         "--label-key", "score", "-o", str(head), "--max-length", "64",
                                         "--valid-fraction", "0.2", "--positive-at", "3"])
     assert res.exit_code == 0, res.output

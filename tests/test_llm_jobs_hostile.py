@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cuvee.classifiers.cli import classify
 from cuvee.classifiers.llm_server import serve
 from cuvee.cli import main as cuvee_main
 from cuvee.rephrase.cli import load_style
@@ -39,7 +38,7 @@ def rephrase(run: Path, out: Path, srv, *extra):
 
 
 def annotate(run: Path, out: Path, srv, *extra):
-    return CliRunner().invoke(classify, ["annotate", str(run), "--endpoint", srv.url, "--model", "m", "--n", "10",
+    return CliRunner().invoke(cuvee_main, ["classify", "annotate", str(run), "--endpoint", srv.url, "--model", "m", "--n", "10",
                                          "--out", str(out), "--retries", "0", "--no-progress", *extra])
 
 

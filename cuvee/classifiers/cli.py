@@ -289,25 +289,21 @@ def annotate_cmd(inputs, out, model, endpoint, api, api_key_env, prompt, n, seed
     The file is cuvee's own and bound to its plan (``<out>.json``: the input files, model, prompt and settings;
     a larger --n extends it): a rerun with another plan is refused untouched unless --fresh."""
     from cuvee.classifiers.annotate import annotate
-    from cuvee.kernel.errors import UserError
     from cuvee.llm.endpoint import HttpLM, api_key_from_env
     from cuvee.llm.local import LocalLM
     from cuvee.llm.prompt import load_prompt
 
-    try:
-        template = load_prompt(prompt)
-        if endpoint:
-            backend = HttpLM(endpoint, model, api=api, api_key=api_key_from_env(api_key_env),
-                             max_new_tokens=max_new_tokens, timeout=timeout,
-                             retries=retries, concurrency=concurrency, tokenizer=tokenizer,
-                             max_bytes=max_response_bytes)
-        else:
-            backend = LocalLM(model, max_new_tokens=max_new_tokens, device=device)
-        summary = annotate(inputs, out, backend, template, n=n, seed=seed, max_chars=max_chars, limit=limit,
-                           store_text=store_text, price_per_mtok=tuple(price_per_mtok) if price_per_mtok else None,
-                           progress=progress, fresh=fresh)
-    except (UserError, FileNotFoundError) as e:
-        raise click.ClickException(" ".join(str(e).split())) from None
+    template = load_prompt(prompt)
+    if endpoint:
+        backend = HttpLM(endpoint, model, api=api, api_key=api_key_from_env(api_key_env),
+                         max_new_tokens=max_new_tokens, timeout=timeout,
+                         retries=retries, concurrency=concurrency, tokenizer=tokenizer,
+                         max_bytes=max_response_bytes)
+    else:
+        backend = LocalLM(model, max_new_tokens=max_new_tokens, device=device)
+    summary = annotate(inputs, out, backend, template, n=n, seed=seed, max_chars=max_chars, limit=limit,
+                       store_text=store_text, price_per_mtok=tuple(price_per_mtok) if price_per_mtok else None,
+                       progress=progress, fresh=fresh)
     click.echo(json.dumps(summary, indent=2))
 
 

@@ -7,7 +7,7 @@ The plan pins down everything that decides a run's output: the resolved recipe (
 that only change speed), the task count and, per input path, the files each task owns with their
 sizes and stamps (local: modification time and a hash of the first and last 64 KiB; remote: the
 store's ETag / modification time), so a file rewritten in place at the same size is noticed too.
-``cuvee run`` refuses to resume a folder whose recorded plan differs (``cuvee.folders.bind``), and names
+``cuvee run`` refuses to resume a folder whose recorded plan differs (``cuvee.kernel.workdir.bind``), and names
 a changed input file in one line first (:func:`refuse_changed_inputs`).
 """
 
