@@ -101,34 +101,30 @@ def rephrase_cmd(inputs, out, prompt, model, endpoint, api, api_key_env, tokeniz
                  temperature, top_p, seed, max_input_similarity, max_prompt_copy, concurrency, batch_size, retries,
                  timeout, max_response_bytes, where, limit, price_per_mtok, device, fresh):
     """Rewrite a run's documents with an LLM (Nemotron-CC styles) into a folder the mixer reads as a source."""
-    from cuvee.kernel.errors import UserError
     from cuvee.llm.endpoint import HttpLM, api_key_from_env
     from cuvee.llm.local import LocalLM
     from cuvee.rephrase.checks import Checks
     from cuvee.rephrase.records import RephraseError
     from cuvee.rephrase.run import Settings, rephrase
 
-    try:
-        for name, v, lo in (("--concurrency", concurrency, 1), ("--batch-size", batch_size, 1), ("--retries", retries, 0),
-                            ("--limit", limit, 0), ("--max-response-bytes", max_response_bytes, 1)):
-            if v is not None and v < lo:
-                raise RephraseError(f"{name} must be >= {lo}, got {v}")
-        if price_per_mtok and min(price_per_mtok) < 0:
-            raise RephraseError("--price-per-mtok: prices must be >= 0")
-        settings = Settings(max_input_tokens, max_new_tokens, temperature, top_p, seed,
-                            Checks(max_input_similarity, max_prompt_copy))
-        template = load_style(prompt)
-        where = parse_where(where)
-        if endpoint:
-            backend = HttpLM(endpoint, model, api=api, api_key=api_key_from_env(api_key_env), max_new_tokens=max_new_tokens,
-                             timeout=timeout, retries=retries, concurrency=concurrency, tokenizer=tokenizer,
-                             max_bytes=max_response_bytes, temperature=temperature, top_p=top_p, seed=seed)
-            tok, tok_name = _tokenizer(tokenizer, model, max_input_tokens)
-        else:
-            backend = LocalLM(model, max_new_tokens, batch_size, device, temperature, top_p, seed)
-            tok, tok_name = (backend.tokenizer, model) if max_input_tokens else (None, None)
-        summary = rephrase(inputs, out, backend, template, settings, tokenizer=tok, tokenizer_name=tok_name,
-                           limit=limit, fresh=fresh, price_per_mtok=tuple(price_per_mtok) if price_per_mtok else None, where=where)
-    except UserError as e:
-        raise click.ClickException(" ".join(str(e).split())) from None
+    for name, v, lo in (("--concurrency", concurrency, 1), ("--batch-size", batch_size, 1), ("--retries", retries, 0),
+                        ("--limit", limit, 0), ("--max-response-bytes", max_response_bytes, 1)):
+        if v is not None and v < lo:
+            raise RephraseError(f"{name} must be >= {lo}, got {v}")
+    if price_per_mtok and min(price_per_mtok) < 0:
+        raise RephraseError("--price-per-mtok: prices must be >= 0")
+    settings = Settings(max_input_tokens, max_new_tokens, temperature, top_p, seed,
+                        Checks(max_input_similarity, max_prompt_copy))
+    template = load_style(prompt)
+    where = parse_where(where)
+    if endpoint:
+        backend = HttpLM(endpoint, model, api=api, api_key=api_key_from_env(api_key_env), max_new_tokens=max_new_tokens,
+                         timeout=timeout, retries=retries, concurrency=concurrency, tokenizer=tokenizer,
+                         max_bytes=max_response_bytes, temperature=temperature, top_p=top_p, seed=seed)
+        tok, tok_name = _tokenizer(tokenizer, model, max_input_tokens)
+    else:
+        backend = LocalLM(model, max_new_tokens, batch_size, device, temperature, top_p, seed)
+        tok, tok_name = (backend.tokenizer, model) if max_input_tokens else (None, None)
+    summary = rephrase(inputs, out, backend, template, settings, tokenizer=tok, tokenizer_name=tok_name,
+                       limit=limit, fresh=fresh, price_per_mtok=tuple(price_per_mtok) if price_per_mtok else None, where=where)
     click.echo(json.dumps(summary, indent=2))
