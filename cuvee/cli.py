@@ -180,7 +180,9 @@ def run(recipe, run_dir, tasks, workers, limit, output, fresh, no_wait, verbose)
                    f"`cuvee stats {stats['run_dir']}`")
         return
     click.echo(summary_table(stats))
-    click.echo(f"output: {stats['output']['path']}   stats: {stats['recipe']['run_dir'] or 'runs/' + stats['recipe_name']}/stats.json")
+    folder = stats["recipe"]["run_dir"] or f"runs/{stats['recipe_name']}"
+    click.echo(f"wrote {stats['output']['path']} (the documents) and {folder}/stats.json; "
+               f"next: cuvee card {folder}   (its dataset card)")
 
 
 @main.command()

@@ -98,6 +98,13 @@ def test_phase_names_say_what_they_run(two_runs):
     assert "seg00 (response_check..exact_dedup): 2/2 tasks, 50 docs read" in first.stderr, first.stderr
 
 
+def test_run_ends_with_what_it_wrote_and_what_next(two_runs):
+    d, _, first, _ = two_runs
+    last = first.stdout.strip().splitlines()[-1]
+    assert last.startswith("wrote ") and "run/stats.json; next: cuvee card run " in last, last
+    assert (d / "run" / "stats.json").is_file()
+
+
 def test_finished_run_run_again_says_already_complete(two_runs):
     _, _, first, second = two_runs
     assert "docs/s" in first.stderr and "already complete" not in first.stderr
