@@ -111,6 +111,8 @@ def test_one_pass_exact_dedup_equals_the_barrier_on_one_task(tmp_path):
     one = [dict(s, one_pass=True) if s["stage"] == "exact_dedup" else s for s in STAGES]
     s_bar, d_bar = _run_stages(tmp_path, "barrier", STAGES)
     s_one, d_one = _run_stages(tmp_path, "one_pass", one)
+    # only the barrier has read every copy when it keeps one: its documents alone carry their cluster's size
+    assert all(d["metadata"].pop("exact_cluster_size") >= 1 for d in d_bar)
     assert d_one == d_bar and 0 < len(d_one) < 180
     assert s_one["accounting"]["by_reason"] == s_bar["accounting"]["by_reason"]
     assert s_one["accounting"]["by_reason"]["exact_dedup/exact_duplicate"] > 0

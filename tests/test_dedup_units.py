@@ -269,9 +269,12 @@ def test_distinct_line_hashes_per_document():
     assert len(got) == 0 and len(counts) == 0
 
 
-def _reference_drops(edges, lengths_by_rank, old_gid):
-    """Keep rule written out plainly: per connected component, drop all if it touches a reused index,
-    else keep the longest text, ties to the smallest (rank, position)."""
+def _reference_clusters(edges, lengths_by_rank, earlier_sizes):
+    """Keep rule and cluster records written out plainly. Nodes: run documents (gid) and earlier clusters
+    (("E", name)). Per connected component: if it holds earlier clusters, every run document is dropped and the
+    largest earlier cluster (ties: the smallest name) is the keeper; else the longest text is kept, ties to the
+    smallest (rank, position). Size: run documents + the earlier clusters' sizes. Returns (drops per rank,
+    {(rank, pos): (size, keeper)}) with a run keeper named "rank:pos"."""
     parent = {}
 
     def find(x):
@@ -284,27 +287,36 @@ def _reference_drops(edges, lengths_by_rank, old_gid):
     for a, b in edges:
         ra, rb = find(a), find(b)
         if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
+            parent[rb] = ra
     comps = {}
     for x in list(parent):
         comps.setdefault(find(x), []).append(x)
     drops = [set() for _ in lengths_by_rank]
+    records = {}
     for members in comps.values():
-        docs = [m for m in members if m != old_gid]
-        if old_gid in members:
-            keep = None
+        docs = [m for m in members if not isinstance(m, tuple)]
+        old = sorted((m[1] for m in members if isinstance(m, tuple)), key=lambda e: (-earlier_sizes[e], e))
+        size = len(docs) + sum(earlier_sizes[e] for e in old)
+        if old:
+            keep, keeper = None, old[0]
         else:
             keep = min(docs, key=lambda g: (-int(lengths_by_rank[g >> 40][g & (2**40 - 1)]), g))
+            keeper = f"{keep >> 40}:{keep & (2**40 - 1)}"
         for g in docs:
+            records[(g >> 40, g & (2**40 - 1))] = (size, keeper)
             if g != keep:
                 drops[g >> 40].add(g & (2**40 - 1))
-    return drops
+    return drops, records
 
 
 @pytest.mark.parametrize("with_index", [False, True])
 def test_cluster_phase_streams_edges_and_applies_keep_rule(tmp_path, with_index):
+    """Drop lists, every member's cluster record (size, keeper) and the index written for later runs, against
+    the plain union-find above; an earlier run's index holds three clusters of known sizes."""
+    from cuvee.dedup.clusters import CLUSTER_RECORD, EARLIER, StringTable, StringTableWriter, id_table_prefix
     from cuvee.dedup.files import load_array, save_array
-    from cuvee.dedup.minhash_dedup import DOC_META, EARLIER_RUN, MinhashClusters
+    from cuvee.dedup.minhash_dedup import DOC_META, MinhashClusters
+    from cuvee.dedup.minhash_index import EARLIER_REF
 
     rng = np.random.default_rng(7)
     cfg = MinHashConfig(num_bands=3, rows_per_band=2)
@@ -316,23 +328,50 @@ def test_cluster_phase_streams_edges_and_applies_keep_rule(tmp_path, with_index)
         meta["has"] = 1
         save_array(tmp_path / "sigs" / f"{r:05d}.meta", meta)
         lengths.append(meta["len"])
+        ids = StringTableWriter(id_table_prefix(tmp_path, r))
+        ids.write([f"{r}:{p}" for p in range(n)])  # a document's id names its rank and position
+        ids.close()
+    earlier = tmp_path / "earlier_index"  # string number -> (cluster size, keeper): strings 0..2 keep 3 clusters
+    earlier_sizes = {"old-a": 4, "old-b": 7, "old-c": 4}
+    save_array(earlier / "size.u64", np.array(list(earlier_sizes.values()), dtype=np.uint64))
+    table = StringTableWriter(earlier / "ids")
+    table.write(list(earlier_sizes))
+    table.close()
     gids = np.array([(r << 40) | p for r, n in enumerate(sizes) for p in range(n)], dtype=np.uint64)
     all_edges = []
     for b in range(cfg.num_bands):
         e = rng.choice(gids, size=(300, 2))
         e = e[e[:, 0] != e[:, 1]]
-        if with_index and b == 1:
-            e = np.concatenate([e, np.stack([rng.choice(gids, 20), np.full(20, EARLIER_RUN)], axis=1)])
         save_array(tmp_path / "edges" / f"band{b:03d}.u64", e)
         all_edges += [(int(x), int(y)) for x, y in e]
-    step = MinhashClusters(tmp_path, cfg, len(sizes), memory_budget_mb=1)
+        hits = np.zeros((0, 2), dtype=np.uint64)
+        if with_index and b == 1:  # documents matching an earlier run's clusters, some of them alone
+            string = rng.integers(0, 3, 20).astype(np.uint64)
+            hits = np.stack([rng.choice(gids, 20), EARLIER_REF | string], axis=1)
+            all_edges += [(int(x), ("E", list(earlier_sizes)[int(s)])) for x, s in zip(hits[:, 0], string)]
+        save_array(tmp_path / "edges" / f"earlier{b:03d}.u64", hits)
+    step = MinhashClusters(tmp_path, cfg, len(sizes), memory_budget_mb=1, reuse_index=[str(earlier)],
+                           index_dir=str(tmp_path / "index"))
     step.budget = 4096  # chunks of ~1k records: many edge and document chunks
     list(step.run())
-    ref = _reference_drops(all_edges, lengths, int(EARLIER_RUN))
+    ref_drops, ref_records = _reference_clusters(all_edges, lengths, earlier_sizes)
+    got_records = {}
     for r in range(len(sizes)):
         got = load_array(tmp_path / "drops" / f"{r:05d}.u64", np.uint64).tolist()
-        assert got == sorted(ref[r])
-    assert sum(len(d) for d in ref) > 100
+        assert got == sorted(ref_drops[r])
+        for rec in load_array(tmp_path / "clusters" / f"{r:05d}.bin", CLUSTER_RECORD):
+            keeper = (StringTable(tmp_path / "clusters" / "earlier")[int(rec["kpos"])] if rec["krank"] == EARLIER
+                      else f"{rec['krank']}:{rec['kpos']}")
+            got_records[(r, int(rec["pos"]))] = (int(rec["size"]), keeper)
+    assert got_records == ref_records
+    assert sum(len(d) for d in ref_drops) > 100
+    assert with_index == any(k.startswith("old") for _, k in ref_records.values())
+    # the index a later run reads: each document's keeper (its own id when alone) and cluster size
+    names, cluster = StringTable(tmp_path / "index" / "ids"), load_array(tmp_path / "index" / "cluster.u64", np.uint64)
+    size = load_array(tmp_path / "index" / "size.u64", np.uint64)
+    dense = [(r, p) for r, n in enumerate(sizes) for p in range(n)]
+    assert [(int(size[i]), names[int(cluster[i])]) for i in range(len(dense))] == [
+        ref_records.get(d, (1, f"{d[0]}:{d[1]}")) for d in dense]
 
 
 def test_batched_doc_stats_equal_per_document_updates():

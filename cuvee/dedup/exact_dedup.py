@@ -8,6 +8,11 @@ budget) and a filter re-reads the input to drop the listed copies; any number of
 and one task, the keep rule is decided as documents stream by (a copy is dropped when its key was already
 seen), so the input is read once, as Dolma's Bloom-filter dedup does but without false positives; the keys
 then live in memory, at most ``memory_budget_mb``, and the run stops with a message past that.
+
+Provenance (:mod:`cuvee.dedup.clusters`): a cluster is the documents of one key. The barrier writes
+``exact_cluster_size`` on every document it keeps and ``exact_duplicate_of`` (the kept copy's id) on each copy in
+the exclusion records. ``one_pass`` decides before the later copies are read, so it cannot give a kept document
+its cluster's size: it writes ``exact_duplicate_of`` only (exclusion records), holding each key's first id.
 """
 
 from __future__ import annotations
@@ -29,7 +34,11 @@ class ExactDedupParams(StageParams):
     memory_budget_mb: int = Field(1024, ge=1, description="per phase task; larger key sets spill to disk "
                                                          "(one_pass: the most its in-memory key set may take)")
     one_pass: bool = Field(False, description="executor.tasks 1 only: decide while reading (no second read of the "
-                                              "input, no key files); keys held in memory, ~100 bytes each")
+                                              "input, no key files); keys held in memory, ~100 bytes each; kept "
+                                              "documents get no exact_cluster_size (their later copies are unread)")
+
+    def metadata_fields(self) -> dict[str, str]:
+        return {} if self.one_pass else {"exact_cluster_size": "int64"}
 
 
 def text_digests(texts: list[str]) -> list[int | None]:
@@ -67,17 +76,22 @@ class OnePassExactDedup(BaseFilter):
     name = "🔑 exact dedup (one pass)"
     replays_exactly = True
     BYTES_PER_KEY = 100  # a 128-bit int in a set, measured with tracemalloc at the set's resize peak
+    # with exclusion records each key also holds its first id: a dict of 47-character WARC ids took 96 bytes per
+    # key more than the set (tracemalloc, 200k keys)
+    BYTES_PER_NAMED_KEY = 200
 
     def __init__(self, memory_budget_mb: int, exclusion_writer=None):
         super().__init__(exclusion_writer=exclusion_writer)
         self.max_keys = memory_budget_mb * 2**20 // self.BYTES_PER_KEY
         self.budget_mb = memory_budget_mb
-        self._seen: set[int] = set()
+        self._seen: set[int] | dict[int, str] = set()
 
     def run(self, data, rank: int = 0, world_size: int = 1):
         check_one_pass_run("exact_dedup", world_size)
         self._seen = set()
-        if self.exclusion_writer:
+        if self.exclusion_writer:  # each key's first id, for the exclusion records' exact_duplicate_of
+            self._seen = {}
+            self.max_keys = self.budget_mb * 2**20 // self.BYTES_PER_NAMED_KEY
             yield from super().run(data, rank, world_size)
         else:
             yield from lean_filter_run(
@@ -86,9 +100,13 @@ class OnePassExactDedup(BaseFilter):
         self._seen = set()
 
     def filter(self, doc):
-        return self._decide(text_digests([doc.text])[0])
+        key = text_digests([doc.text])[0]
+        verdict = self._decide(key, str(doc.id))
+        if verdict is not True:
+            doc.metadata["exact_duplicate_of"] = self._seen[key]
+        return verdict
 
-    def _decide(self, key: int | None):
+    def _decide(self, key: int | None, doc_id: str | None = None):
         if key is None:
             self.stat_update("no_key")
             return True
@@ -98,7 +116,10 @@ class OnePassExactDedup(BaseFilter):
             raise RuntimeError(f"exact_dedup one_pass: more than {self.max_keys:,} distinct documents do not fit "
                                f"memory_budget_mb={self.budget_mb}; raise it, or drop one_pass (the default barrier "
                                "spills to disk and runs on any number of tasks)")
-        self._seen.add(key)
+        if doc_id is None:
+            self._seen.add(key)
+        else:
+            self._seen[key] = doc_id
         return True
 
 
@@ -116,5 +137,6 @@ def build_exact_dedup(p: ExactDedupParams, ctx: BuildContext):
     return Barrier(
         before=[KeyRecorder(folder, ctx.tasks, TextKeyer())],
         phases=[Phase("exact_duplicates", [FindKeyDuplicates(folder, ctx.tasks, p.memory_budget_mb)], tasks=ctx.tasks)],
-        after=[DropListed(folder, "drops/*/{rank}.u64", "exact_duplicate", ctx.exclusion_writer())],
+        after=[DropListed(folder, "drops/*/{rank}.u64", "exact_duplicate", ctx.exclusion_writer(),
+                          clusters_glob="clusters/*/{rank}.bin", kind="exact")],
     )

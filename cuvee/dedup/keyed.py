@@ -4,7 +4,9 @@ Recording: each document becomes one fixed-size record (128-bit key hash, two pr
 position), written to the spill-friendly file of the phase task that owns its key. Phase task p
 gathers every rank's records of its key range (within the memory budget, see ``spill``), sorts them by
 key then priority, keeps the first record of each key and lists the others, per origin rank, for the
-filter. The keep rule is therefore: highest ``p1``, then highest ``p2``, then smallest (rank, position).
+filter. The keep rule is therefore: highest ``p1``, then highest ``p2``, then smallest (rank, position). Every
+document of a key shared by several is also given its cluster (the key's documents: their count and the keeper),
+per origin rank (:mod:`cuvee.dedup.clusters`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from datatrove.pipeline.base import PipelineStep
 
+from cuvee.dedup.clusters import CLUSTER_RECORD, save_cluster_records
 from cuvee.dedup.files import AtomicWriter, save_array
 from cuvee.dedup.spill import chunk_records, key_partitions
 from cuvee.dedup.steps import RecordingStep
@@ -30,6 +33,7 @@ class KeyRecorder(RecordingStep):
     Python tuple per document."""
 
     name = "🔑 dedup keys"
+    records_id_text = True  # the phase names each cluster's keeper
 
     def __init__(self, folder: str | Path, partitions: int, keyer: Callable):
         super().__init__(folder)
@@ -98,6 +102,7 @@ class FindKeyDuplicates(PipelineStep):
                     yield np.array(mm[i:i + step])
 
         drops: list[list[np.ndarray]] = [[] for _ in range(self.source_tasks)]
+        clusters: list[list[np.ndarray]] = [[] for _ in range(self.source_tasks)]
         with self.track_time():
             for part in key_partitions(chunks, KEY_RECORD, "khi", total, self.budget, self.folder,
                                        stats=lambda k, v: self.stat_update(k, value=v)):
@@ -113,8 +118,28 @@ class FindKeyDuplicates(PipelineStep):
                 self.stat_update("duplicates", value=len(dup))
                 for r in np.unique(dup["rank"]):
                     drops[int(r)].append(dup["pos"][dup["rank"] == r])
+                for r, recs in _cluster_records(part, first):
+                    clusters[r].append(recs)
             for r in range(self.source_tasks):
                 arr = np.sort(np.concatenate(drops[r])) if drops[r] else np.zeros(0, dtype=np.uint64)
                 save_array(self.folder / "drops" / f"{rank:05d}" / f"{r:05d}.u64", arr.astype(np.uint64))
+                save_cluster_records(self.folder / "clusters" / f"{rank:05d}" / f"{r:05d}.bin", clusters[r])
         return
         yield  # a generator, as datatrove expects
+
+
+def _cluster_records(part: np.ndarray, first: np.ndarray):
+    """(origin rank, its CLUSTER_RECORDs) for the documents of ``part`` (sorted, ``first`` marking each key's
+    keeper) whose key is shared: a cluster is the documents of one key."""
+    group = np.cumsum(first) - 1
+    sizes = np.bincount(group)
+    shared = sizes[group] > 1
+    if not shared.any():
+        return
+    keeper = np.flatnonzero(first)[group[shared]]
+    recs = np.zeros(int(shared.sum()), dtype=CLUSTER_RECORD)
+    recs["pos"], recs["size"] = part["pos"][shared], sizes[group[shared]]
+    recs["krank"], recs["kpos"] = part["rank"][keeper], part["pos"][keeper]
+    ranks = part["rank"][shared]
+    for r in np.unique(ranks):
+        yield int(r), recs[ranks == r]

@@ -16,6 +16,12 @@ from a document once k-1 *earlier* documents of its bucket held it (so the first
 barrier would remove too; with ``count_per_document: false``, once it occurred k-1 times before), counted in a
 compiled in-memory table (:mod:`cuvee.dedup.line_counts`). It reads the input once and writes no line-hash
 files; memory grows with the distinct lines of a bucket.
+
+Provenance: every document the filter sees gets ``line_lines_removed`` (0 when none), and, when lines were removed
+by the barrier, ``line_cluster_size``: the largest count among its removed lines (documents of its bucket holding
+the line, or its occurrences without ``count_per_document``), the size of the largest line cluster it was cut
+from. A line removed from every copy has no keeper. ``one_pass`` decides on counts so far, not a cluster's size:
+it writes ``line_lines_removed`` only.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from cuvee.dedup.text import WORD_RE
 from cuvee.pipeline.registry import Barrier, BuildContext, Phase, StageParams, register_stage
 
 HASH_RECORD = np.dtype([("h", "<u8")])
+REMOVED_KEY, CLUSTER_KEY = "line_lines_removed", "line_cluster_size"
 
 
 class LineDedupParams(StageParams):
@@ -53,6 +60,9 @@ class LineDedupParams(StageParams):
                                               "held it (or, count_per_document false, once it occurred k-1 times "
                                               "before; with k=2 that is Dolma's paragraph rule, the first copy "
                                               "stays); counts in memory, ~40 bytes per distinct line")
+
+    def metadata_fields(self) -> dict[str, str]:
+        return {REMOVED_KEY: "int64"} | ({} if self.one_pass else {CLUSTER_KEY: "int64"})
 
 
 def line_hashes(text: str) -> np.ndarray:
@@ -174,19 +184,23 @@ class CountFrequentLines(PipelineStep):
             for b in range(rank, n_buckets, world_size):
                 chunks, total = self._bucket_chunks(b, docs_per_rank)
                 out = AtomicWriter(self.folder / "frequent" / f"{b:05d}.u64")
+                sizes = AtomicWriter(self.folder / "frequent" / f"{b:05d}.count.u32")  # each line's cluster size
                 try:
                     for part in key_partitions(chunks, HASH_RECORD, "h", total, self.budget, self.folder,
                                                stats=lambda k, v: self.stat_update(k, value=v)):
                         uniq, counts = np.unique(part["h"], return_counts=True)
                         frequent = uniq[counts >= self.k]
                         out.write(frequent)
+                        sizes.write(np.minimum(counts[counts >= self.k], 2**32 - 1).astype(np.uint32))
                         self.stat_update("line_hashes", value=len(part))
                         self.stat_update("distinct_lines", value=len(uniq))
                         self.stat_update("frequent_lines", value=len(frequent))
                 except BaseException:
                     out.abort()
+                    sizes.abort()
                     raise
                 out.close()
+                sizes.close()
                 self.stat_update("buckets")
         return
         yield
@@ -232,6 +246,7 @@ class LineDedupFilter(BaseFilter):
             if not path.exists():
                 raise FileNotFoundError(f"line dedup: {path} missing (count phase not finished?)")
             self._frequent = load_array(path, np.uint64, mmap=True)
+            self._counts = load_array(path.with_name(f"{bucket:05d}.count.u32"), np.uint32, mmap=True)
             self._bucket = bucket
         end = min(pos + self.CHUNK_DOCS, (bucket + 1) * self.bucket_size - self._offset, len(self._n_lines))
         first, last = self._line_start[pos], self._line_start[end]
@@ -239,11 +254,15 @@ class LineDedupFilter(BaseFilter):
         if len(self._frequent):
             idx = np.minimum(np.searchsorted(self._frequent, h), len(self._frequent) - 1)
             hit = (self._frequent[idx] == h) & (h != 0)
+            sizes = np.append(np.where(hit, self._counts[idx], 0), 0)  # a trailing 0: no segment starts past the end
         else:
             hit = np.zeros(len(h), dtype=bool)
+            sizes = np.zeros(len(h) + 1, dtype=np.uint32)
         hits_before = np.concatenate([[0], np.cumsum(hit)])
         starts = self._line_start[pos:end + 1] - first
         self._chunk_hits = (hits_before[starts[1:]] - hits_before[starts[:-1]]).tolist()
+        # per document, the largest cluster among its removed lines (read only for documents with a hit)
+        self._chunk_sizes = np.maximum.reduceat(sizes, starts[:-1]).tolist() if end > pos else []
         self._chunk_keep, self._chunk_lines = (~hit).tolist(), starts.tolist()  # one list per chunk, sliced per document
         self._chunk_start, self._chunk_end = pos, end
 
@@ -261,7 +280,9 @@ class LineDedupFilter(BaseFilter):
             self._look_up_chunk(pos)
         i = pos - self._chunk_start
         if not self._chunk_hits[i]:
+            doc.metadata[REMOVED_KEY] = 0
             return True, 0, 0
+        doc.metadata[REMOVED_KEY], doc.metadata[CLUSTER_KEY] = self._chunk_hits[i], self._chunk_sizes[i]
         keep = self._chunk_keep[self._chunk_lines[i]:self._chunk_lines[i + 1]]
         lines = doc.text.split("\n")
         if len(lines) != len(keep):
@@ -348,6 +369,7 @@ class OnePassLineDedup(BaseFilter):
             starts = np.concatenate([[0], np.cumsum(n_lines, dtype=np.int64)]).tolist()
             keep = (~remove).tolist() if removed.any() else []
             for i, (doc, r) in enumerate(zip(part, removed.tolist())):
+                doc.metadata[REMOVED_KEY] = r
                 if not r:
                     out.append((True, 0, 0))
                     continue

@@ -7,14 +7,18 @@
    per document) are never written, so nothing is re-read once per band.
 2. Buckets (phase, one task per group of bands): per band, (band key, document) records are grouped by
    key with the partitioned spill (memory within ``memory_budget_mb``); every group of equal keys gives
-   candidate edges. Keys found in a reused index (``reuse_index``) link the document to "the earlier
-   run". The band's sorted keys are written as this run's index.
+   candidate edges. A key found in a reused index (``reuse_index``) links the document to the cluster of the
+   earlier run that holds the key. The band's sorted keys are written as this run's index
+   (:mod:`cuvee.dedup.minhash_index`).
 3. Clusters (phase, one task): union-find over the edges, streamed from the bucket files in chunks of
-   ``memory_budget_mb``; the union-find state is dense over the run's documents (~9 bytes each, see
-   ``MinhashClusters``). Keep rule, per cluster: if it touches an earlier run's index, no document is
-   kept (the earlier run already holds a copy); otherwise the longest text is kept, ties going to the
-   smallest (rank, position). All others are listed for the filter.
-4. Filter: drops the listed documents as ``minhash_duplicate``.
+   ``memory_budget_mb``; the union-find state is dense over the run's documents (~13 bytes each, see
+   ``MinhashClusters``). Keep rule, per cluster: if it touches an earlier run's cluster, no document is
+   kept (the earlier run already holds a copy: the earlier cluster's keeper, the largest cluster's if several,
+   stays the keeper); otherwise the longest text is kept, ties going to the smallest (rank, position). All
+   others are listed for the filter. Every member's cluster (its size, the earlier runs' members counted, and
+   its keeper) is written for the filter (:mod:`cuvee.dedup.clusters`) and into this run's index.
+4. Filter: drops the listed documents as ``minhash_duplicate``; writes ``minhash_cluster_size`` on every document
+   (FineWeb-2's name, for rehydration) and ``minhash_duplicate_of`` on the copies it drops (exclusion records).
 """
 
 from __future__ import annotations
@@ -28,8 +32,17 @@ import numpy as np
 from datatrove.pipeline.base import PipelineStep
 from pydantic import Field
 
+from cuvee.dedup.clusters import CLUSTER_RECORD, EARLIER, StringTableWriter, id_table_prefix
 from cuvee.dedup.files import AtomicWriter, load_array, rank_file
 from cuvee.dedup.minhash import MinHashConfig, MinHasher
+from cuvee.dedup.minhash_index import (
+    POS_BITS,
+    POS_MASK,
+    EarlierClusters,
+    EarlierIndex,
+    check_index,
+    index_description,
+)
 from cuvee.dedup.spill import chunk_records, key_partitions
 from cuvee.dedup.steps import DropListed, RecordingStep
 from cuvee.dedup.unionfind import DenseUnionFind
@@ -37,13 +50,11 @@ from cuvee.pipeline.registry import Barrier, BuildContext, Phase, StageParams, r
 
 log = logging.getLogger(__name__)
 
-POS_BITS = 40  # document id = rank << 40 | position
-POS_MASK = np.uint64(2**POS_BITS - 1)
-EARLIER_RUN = np.uint64(2**64 - 1)  # node standing for "a document of a reused index"
 BAND_RECORD = np.dtype([("key", "<u8"), ("gid", "<u8")])
 # bucket work per byte of band records: records, argsort, sorted copy, first/cumsum/anchor, pairs (measured)
 BUCKET_OVERHEAD = 6.0
-CLUSTER_BYTES_PER_DOC = 9  # parent (uint32) + best length (uint32) + flag (bool); 13 above 2^32 documents
+# parent (uint32) + best length, then keeper (uint32) + flag (bool) + members (uint32); 21 above 2^32 documents
+CLUSTER_BYTES_PER_DOC = 13
 DOC_META = np.dtype([("len", "<u4"), ("has", "u1")])
 
 
@@ -63,29 +74,8 @@ class MinhashDedupParams(StageParams):
     def config(self) -> MinHashConfig:
         return MinHashConfig(self.n_grams, self.num_bands, self.rows_per_band, self.seed, self.backend)
 
-
-def index_description(cfg: MinHashConfig) -> dict:
-    return {"format": "cuvee-minhash-index-v1", "n_grams": cfg.n_grams, "num_bands": cfg.num_bands,
-            "rows_per_band": cfg.rows_per_band, "seed": cfg.seed, "backend": cfg.backend,
-            "fingerprint": MinHasher(cfg).fingerprint()}
-
-
-def check_index(path: str | Path, cfg: MinHashConfig) -> Path:
-    """An earlier index is usable only with the same hash functions; say what differs otherwise."""
-    path = Path(path)
-    desc_path = path / "index.json"
-    if not desc_path.exists():
-        raise ValueError(f"minhash_dedup.reuse_index: {path} is not a MinHash index (no index.json)")
-    theirs = json.loads(desc_path.read_text())
-    ours = index_description(cfg)
-    diff = {k: (theirs.get(k), v) for k, v in ours.items() if theirs.get(k) != v}
-    if diff:
-        raise ValueError(f"minhash_dedup.reuse_index: {path} was built with other settings "
-                         f"(key: (index, this run)): {diff}")
-    missing = [b for b in range(cfg.num_bands) if not (path / f"band{b:03d}.u64").exists()]
-    if missing:
-        raise ValueError(f"minhash_dedup.reuse_index: {path} lacks bands {missing} (index phase not finished?)")
-    return path
+    def metadata_fields(self) -> dict[str, str]:
+        return {"minhash_cluster_size": "int64"}  # and minhash_duplicate_of in exclusion records
 
 
 def band_file(folder: Path, band: int, rank: int) -> Path:
@@ -96,6 +86,7 @@ def band_file(folder: Path, band: int, rank: int) -> Path:
 class MinhashSignatures(RecordingStep):
     name = "🎯 minhash signatures"
     batch_size = 512  # one compiled call per batch
+    records_id_text = True  # the clusters phase names each cluster's keeper
 
     def __init__(self, folder, config: MinHashConfig):
         super().__init__(folder)
@@ -170,9 +161,12 @@ class MinhashBuckets(PipelineStep):
                 w.write(np.frombuffer(desc.encode(), dtype=np.uint8))
         with self.track_time():
             for band in range(rank, self.config.num_bands, world_size):
-                earlier = [load_array(p / f"band{band:03d}.u64", np.uint64, mmap=True) for p in self.reuse_index]
+                earlier = [EarlierIndex(p, i).band_with_refs(band) for i, p in enumerate(self.reuse_index)]
                 edges = AtomicWriter(self.folder / "edges" / f"band{band:03d}.u64")
+                hits = AtomicWriter(self.folder / "edges" / f"earlier{band:03d}.u64")
                 index = AtomicWriter(self.index_dir / f"band{band:03d}.u64") if self.index_dir else None
+                holders = AtomicWriter(self.index_dir / f"band{band:03d}.gid.u64") if self.index_dir else None
+                writers = [w for w in (edges, hits, index, holders) if w is not None]
                 try:
                     for part in key_partitions(self._chunks(band), BAND_RECORD, "key", total, self.budget,
                                                self.folder, stats=lambda k, v: self.stat_update(k, value=v),
@@ -184,143 +178,212 @@ class MinhashBuckets(PipelineStep):
                         pairs = np.stack([anchor[~first], part["gid"][~first]], axis=1)
                         edges.write(pairs)
                         self.stat_update("candidate_pairs", value=len(pairs))
-                        for old in earlier:
+                        for old, refs in earlier:  # a key of a reused index: an edge to that run's cluster
                             if not len(old) or not len(part):
                                 continue
                             idx = np.minimum(np.searchsorted(old, part["key"]), len(old) - 1)
                             hit = old[idx] == part["key"]
                             if hit.any():
                                 g = part["gid"][hit]
-                                edges.write(np.stack([g, np.full(len(g), EARLIER_RUN)], axis=1))
+                                hits.write(np.stack([g, refs(idx[hit])], axis=1))
                                 self.stat_update("index_hits", value=len(g))
                         if index is not None:
                             index.write(part["key"][first])
+                            holders.write(part["gid"][first])
                 except BaseException:
-                    edges.abort()
-                    index and index.abort()
+                    for w in writers:
+                        w.abort()
                     raise
-                edges.close()
-                index and index.close()
+                for w in writers:
+                    w.close()
                 self.stat_update("bands")
         return
         yield
 
 
 class MinhashClusters(PipelineStep):
-    """Phase (one task): union-find over all candidate edges, one keeper per cluster, drop lists per rank.
+    """Phase (one task): union-find over all candidate edges, one keeper per cluster, drop lists and cluster
+    records per rank, and this run's cluster records in its index.
 
     Memory: the edges are streamed from the bucket files in chunks sized by ``memory_budget_mb``; the
-    union-find state is dense over the run's documents: 4 bytes (parent) + 4 (best length of the
-    component) + 1 (flags) per document, plus chunk-sized temporaries. That per-document state, not the
-    number of candidate pairs, is what bounds this phase (10 M documents: ~90 MB)."""
+    union-find state is dense over the run's documents: 4 bytes (parent) + 4 (best length of the component, then
+    its keeper) + 4 (members) + 1 (flags) per document, plus chunk-sized temporaries. That per-document state,
+    not the number of candidate pairs, is what bounds this phase (10 M documents: ~130 MB). Each cluster of a
+    reused index that documents matched is one more node (:class:`~cuvee.dedup.minhash_index.EarlierClusters`)."""
 
     type = "🫂 - DEDUP"
     name = "🎯 minhash clusters"
 
-    def __init__(self, folder, config: MinHashConfig, source_tasks: int, memory_budget_mb: int = 1024):
+    def __init__(self, folder, config: MinHashConfig, source_tasks: int, memory_budget_mb: int = 1024,
+                 reuse_index: list[str] | None = None, index_dir: str | None = None):
         super().__init__()
         self.folder = Path(folder)
         self.config = config
         self.source_tasks = source_tasks
         self.budget = memory_budget_mb * 2**20
+        self.reuse_index = [Path(p) for p in reuse_index or []]
+        self.index_dir = Path(index_dir) if index_dir else None
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         with self.track_time():
-            files = [self.folder / "edges" / f"band{b:03d}.u64" for b in range(self.config.num_bands)]
-            missing = [str(f) for f in files if not f.exists()]
+            bands = range(self.config.num_bands)
+            files = [self.folder / "edges" / f"band{b:03d}.u64" for b in bands]
+            hit_files = [self.folder / "edges" / f"earlier{b:03d}.u64" for b in bands]
+            missing = [str(f) for f in files + hit_files if not f.exists()]
             if missing:
                 raise FileNotFoundError(f"minhash: bucket results missing (bucket tasks not finished?): {missing[:3]}")
             metas = [load_array(rank_file(self.folder / "sigs", r, "meta"), DOC_META, mmap=True)
                      for r in range(self.source_tasks)]
             start = np.concatenate([[0], np.cumsum([len(m) for m in metas])]).astype(np.int64)
-            start_u = start.astype(np.uint64)  # uint64 with uint64: numpy would turn int64 + uint64 into float64
             n = int(start[-1])
-            old = n  # dense id of "a document of a reused index"
-            state = CLUSTER_BYTES_PER_DOC * (n + 1)
+            earlier = EarlierClusters.from_edge_files(hit_files, self.reuse_index)
+            state = CLUSTER_BYTES_PER_DOC * (n + len(earlier))
             self.stat_update("cluster_state_bytes", value=state)
             if state > self.budget:
                 log.warning("minhash clusters: the union-find state of %d documents takes %.0f MB, over the "
                             "memory budget of %.0f MB (this phase needs ~%d bytes per document)",
                             n, state / 1e6, self.budget / 1e6, CLUSTER_BYTES_PER_DOC)
-            uf = DenseUnionFind(n + 1)
-            step = chunk_records(self.budget, 16 * 4)  # an edge chunk and its temporaries
-
-            def dense(gid: np.ndarray) -> np.ndarray:
-                is_old = gid == EARLIER_RUN
-                out = start_u[np.where(is_old, 0, gid >> np.uint64(POS_BITS)).astype(np.int64)] + (gid & POS_MASK)
-                out[is_old] = old
-                return out
-
-            for f in files:
-                edges = load_array(f, np.uint64, mmap=True).reshape(-1, 2)
-                for i in range(0, len(edges), step):
-                    e = np.asarray(edges[i:i + step])
-                    uf.union(dense(e[:, 0]), dense(e[:, 1]))
-            chunk = max(1024, step // 2)
-            root = uf.compress(chunk)
-            lengths = [m["len"] for m in metas]
-
-            def length_of(lo: int, hi: int) -> np.ndarray:
-                """Text lengths of dense ids lo..hi-1 (never including ``old``)."""
-                parts = []
-                for r in range(self.source_tasks):
-                    a, z = max(lo, int(start[r])), min(hi, int(start[r + 1]))
-                    if a < z:
-                        parts.append(np.asarray(lengths[r][a - int(start[r]):z - int(start[r])]))
-                return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
-
-            # pass 1: which roots have members, and each component's longest text
-            has_member = np.zeros(n + 1, dtype=bool)
-            best = np.zeros(n + 1, dtype=np.uint32)
-            for lo in range(0, n, chunk):
-                hi = min(n, lo + chunk)
-                r = root[lo:hi]
-                has_member[r[r != np.arange(lo, hi, dtype=r.dtype)]] = True
-                np.maximum.at(best, r, length_of(lo, hi))
-            old_root = int(root[old])
-            touches_old = old_root != old  # some document matched a reused index
-            # pass 2, in increasing (rank, position) order: keepers and drop lists, written as they are found
-            writers = [AtomicWriter(self.folder / "drops" / f"{r:05d}.u64") for r in range(self.source_tasks)]
-            n_clusters = n_in = n_old = n_drop = 0
-            try:
-                for lo in range(0, n, chunk):
-                    hi = min(n, lo + chunk)
-                    ids = np.arange(lo, hi, dtype=np.int64)
-                    r = root[lo:hi].astype(np.int64)
-                    in_cluster = (r != ids) | has_member[lo:hi]
-                    if not in_cluster.any():
-                        continue
-                    ids, r = ids[in_cluster], r[in_cluster]
-                    n_in += len(ids)
-                    n_clusters += int(np.count_nonzero(r == ids))
-                    # the first (smallest (rank, position)) document of the component's best length is kept,
-                    # none in the component of a reused index; has_member now means "keeper not found yet"
-                    open_ = has_member[r] & (r != old_root if touches_old else True)
-                    cand = np.flatnonzero(open_ & (length_of(lo, hi)[in_cluster] == best[r]))
-                    _, first = np.unique(r[cand], return_index=True)
-                    winners = cand[first]
-                    has_member[r[winners]] = False
-                    keep = np.zeros(len(ids), dtype=bool)
-                    keep[winners] = True
-                    dropped = ids[~keep]
-                    n_drop += len(dropped)
-                    n_old += int(np.count_nonzero(r[~keep] == old_root)) if touches_old else 0
-                    for rk in range(self.source_tasks):
-                        a, z = np.searchsorted(dropped, [start[rk], start[rk + 1]])
-                        if z > a:
-                            writers[rk].write((dropped[a:z] - start[rk]).astype(np.uint64))
-            except BaseException:
-                for w in writers:
-                    w.abort()
-                raise
-            for w in writers:
-                w.close()
-            self.stat_update("clusters", value=n_clusters - int(touches_old))
-            self.stat_update("docs_in_clusters", value=n_in)
-            self.stat_update("matched_earlier_index", value=n_old)
-            self.stat_update("duplicates", value=n_drop)
+            self.step = chunk_records(self.budget, 16 * 4)  # an edge chunk and its temporaries
+            root = self._components(files, hit_files, start, n, earlier)
+            self._keep_and_record(root, metas, start, n, earlier)
         return
         yield
+
+    def _components(self, files, hit_files, start, n: int, earlier: EarlierClusters) -> np.ndarray:
+        """Every node's root (its component's smallest node): documents 0..n-1, then one node per earlier cluster."""
+        uf = DenseUnionFind(n + len(earlier))
+        start_u = start.astype(np.uint64)  # uint64 with uint64: numpy would turn int64 + uint64 into float64
+
+        def dense(gid: np.ndarray) -> np.ndarray:
+            return start_u[(gid >> np.uint64(POS_BITS)).astype(np.int64)] + (gid & POS_MASK)
+
+        for f, hits in zip(files, hit_files):
+            edges = load_array(f, np.uint64, mmap=True).reshape(-1, 2)
+            for i in range(0, len(edges), self.step):
+                e = np.asarray(edges[i:i + self.step])
+                uf.union(dense(e[:, 0]), dense(e[:, 1]))
+            edges = load_array(hits, np.uint64, mmap=True).reshape(-1, 2)
+            for i in range(0, len(edges), self.step):
+                e = np.asarray(edges[i:i + self.step])
+                uf.union(dense(e[:, 0]), n + earlier.nodes(e[:, 1]))
+        return uf.compress(max(1024, self.step // 2))
+
+    def _keep_and_record(self, root: np.ndarray, metas, start, n: int, earlier: EarlierClusters) -> None:
+        chunk = max(1024, self.step // 2)
+        lengths = [m["len"] for m in metas]
+
+        def length_of(lo: int, hi: int) -> np.ndarray:
+            """Text lengths of documents lo..hi-1."""
+            parts = []
+            for r in range(self.source_tasks):
+                a, z = max(lo, int(start[r])), min(hi, int(start[r + 1]))
+                if a < z:
+                    parts.append(np.asarray(lengths[r][a - int(start[r]):z - int(start[r])]))
+            return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
+
+        def chunks():
+            for lo in range(0, n, chunk):
+                hi = min(n, lo + chunk)
+                yield np.arange(lo, hi, dtype=np.int64), root[lo:hi].astype(np.int64), length_of(lo, hi)
+
+        # pass 1: which roots have other members, each component's longest text and its member count
+        total = len(root)
+        has_member = np.zeros(total, dtype=bool)
+        best = np.zeros(total, dtype=root.dtype)  # longest text; from pass 2 on, the keeper once found
+        members = np.zeros(total, dtype=np.uint32)
+        for ids, r, length in chunks():
+            has_member[r[r != ids]] = True
+            np.maximum.at(best, r, length)
+            u, c = np.unique(r, return_counts=True)
+            members[u] += c.astype(np.uint32)
+        # components holding an earlier run's cluster: that run's members, and the keeper (its largest cluster)
+        e_root = root[n:].astype(np.int64)
+        has_member[e_root] = True
+        order = np.lexsort((np.arange(len(e_root)), -earlier.sizes.astype(np.int64), e_root))
+        touched, first = np.unique(e_root[order], return_index=True)
+        e_keeper = order[first]
+        e_members = np.add.reduceat(earlier.sizes[order], first) if len(order) else np.zeros(0, dtype=np.uint64)
+
+        def touching(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            i = np.minimum(np.searchsorted(touched, r), max(len(touched) - 1, 0))
+            return (touched[i] == r) if len(touched) else np.zeros(len(r), dtype=bool), i
+
+        # pass 2, in increasing (rank, position) order: the first document of the component's best length is its
+        # keeper, none in a component of an earlier run; has_member now means "keeper not found yet"
+        for ids, r, length in chunks():
+            cand = np.flatnonzero(has_member[r] & ~touching(r)[0] & (length == best[r]))
+            _, first = np.unique(r[cand], return_index=True)
+            winners = cand[first]
+            has_member[r[winners]] = False
+            best[r[winners]] = ids[winners]
+        # pass 3: drop lists, every member's cluster record, and the index's cluster of every document
+        writers = [AtomicWriter(self.folder / "drops" / f"{r:05d}.u64") for r in range(self.source_tasks)]
+        records = [AtomicWriter(self.folder / "clusters" / f"{r:05d}.bin") for r in range(self.source_tasks)]
+        index = [AtomicWriter(self.index_dir / name) for name in ("cluster.u64", "size.u64")] if self.index_dir else []
+        earlier_ids = StringTableWriter(self.folder / "clusters" / "earlier")
+        counts = dict.fromkeys(("clusters", "docs_in_clusters", "matched_earlier_index", "duplicates"), 0)
+        try:
+            for ids, r, _ in chunks():
+                hit, i = touching(r)
+                size = members[r].astype(np.uint64)
+                if len(touched):
+                    size[hit] += e_members[i[hit]].astype(np.uint64)
+                in_cluster = size > 1
+                keeper = best[r].astype(np.int64)
+                kept = in_cluster & ~hit & (keeper == ids)
+                dropped = ids[in_cluster & ~kept]
+                counts["clusters"] += int(np.count_nonzero(kept))
+                counts["docs_in_clusters"] += int(np.count_nonzero(in_cluster))
+                counts["matched_earlier_index"] += int(np.count_nonzero(hit))
+                counts["duplicates"] += len(dropped)
+                rec = np.zeros(int(in_cluster.sum()), dtype=CLUSTER_RECORD)
+                rank_of = np.searchsorted(start, ids, side="right") - 1
+                k_rank = np.searchsorted(start, keeper, side="right") - 1
+                rec["pos"] = (ids - start[rank_of])[in_cluster]
+                rec["size"] = size[in_cluster]
+                rec["krank"] = np.where(hit, EARLIER, k_rank)[in_cluster]
+                rec["kpos"] = np.where(hit, e_keeper[i] if len(touched) else 0, keeper - start[k_rank])[in_cluster]
+                for rk in range(self.source_tasks):
+                    a, z = np.searchsorted(dropped, [start[rk], start[rk + 1]])
+                    if z > a:
+                        writers[rk].write((dropped[a:z] - start[rk]).astype(np.uint64))
+                    mine = rank_of[in_cluster] == rk
+                    if mine.any():
+                        records[rk].write(rec[mine])
+                if index:  # the string number of each document's keeper: its own id, another's, or an earlier one
+                    string = np.where(hit, n + (e_keeper[i] if len(touched) else 0), np.where(in_cluster, keeper, ids))
+                    index[0].write(string.astype(np.uint64))
+                    index[1].write(size)
+            earlier_ids.write(earlier.keepers)
+            if index:  # an earlier cluster's string: the size of the component that holds it
+                index[1].write(members[e_root].astype(np.uint64) + e_members[np.searchsorted(touched, e_root)]
+                               if len(e_root) else np.zeros(0, dtype=np.uint64))
+                self._write_index_ids(start, earlier)
+        except BaseException:
+            for w in (*writers, *records, *index):
+                w.abort()
+            earlier_ids.close(ok=False)
+            raise
+        for w in (*writers, *records, *index):
+            w.close()
+        earlier_ids.close()
+        counts["earlier_clusters"] = len(touched)  # components joined to a cluster of a reused index
+        for key, value in counts.items():
+            self.stat_update(key, value=value)
+
+    def _write_index_ids(self, start: np.ndarray, earlier: EarlierClusters) -> None:
+        """The index's strings (this run's document ids by number, then the earlier keepers) and rank starts."""
+        ids = StringTableWriter(self.index_dir / "ids")
+        try:
+            for r in range(self.source_tasks):
+                ids.copy_from(id_table_prefix(self.folder, r))
+            ids.write(earlier.keepers)
+        except BaseException:
+            ids.close(ok=False)
+            raise
+        ids.close()
+        with AtomicWriter(self.index_dir / "ranks.u64") as w:
+            w.write(start[:-1].astype(np.uint64))
 
 
 @register_stage("minhash_dedup", MinhashDedupParams)
@@ -340,7 +403,9 @@ def build_minhash_dedup(p: MinhashDedupParams, ctx: BuildContext):
         phases=[
             Phase("minhash_buckets", [MinhashBuckets(folder, cfg, ctx.tasks, p.memory_budget_mb, reuse, index_dir)],
                   tasks=min(ctx.tasks, p.num_bands)),
-            Phase("minhash_clusters", [MinhashClusters(folder, cfg, ctx.tasks, p.memory_budget_mb)], tasks=1),
+            Phase("minhash_clusters", [MinhashClusters(folder, cfg, ctx.tasks, p.memory_budget_mb, reuse, index_dir)],
+                  tasks=1),
         ],
-        after=[DropListed(folder, "drops/{rank}.u64", "minhash_duplicate", ctx.exclusion_writer())],
+        after=[DropListed(folder, "drops/{rank}.u64", "minhash_duplicate", ctx.exclusion_writer(),
+                          clusters_glob="clusters/{rank}.bin", kind="minhash")],
     )

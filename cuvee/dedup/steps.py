@@ -11,6 +11,7 @@ from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.utils.batching import batched
 
+from cuvee.dedup.clusters import ClusterLookup, IdTextWriter
 from cuvee.dedup.files import AtomicWriter, PositionTracker, id_check, load_array, rank_file
 from cuvee.pipeline.doc_stats import add_length_stats
 from cuvee.pipeline.recipe import RecipeError
@@ -33,11 +34,13 @@ def check_one_pass_run(stage: str, world_size: int) -> None:
 class RecordingStep(PipelineStep):
     """Pass-through step before a dedup barrier: yields every document unchanged, in order, and records
     what the phases need into per-rank files under ``folder`` (renamed into place only when the rank
-    completes, so a killed task leaves nothing half-written). Subclasses implement ``record(batch)``."""
+    completes, so a killed task leaves nothing half-written). Subclasses implement ``record(batch)``; those whose
+    phases name the document kept for a cluster set ``records_id_text`` (the ids as text, :mod:`cuvee.dedup.clusters`)."""
 
     type = "🫂 - DEDUP"
     passes_through = True  # the compiler may skip the corpus copy at this barrier (see registry.Barrier)
     batch_size = 256  # documents per record() call: per-batch numpy and file calls amortised, little held
+    records_id_text = False
 
     def __init__(self, folder: str | Path):
         super().__init__()
@@ -55,6 +58,7 @@ class RecordingStep(PipelineStep):
     def run(self, data, rank: int = 0, world_size: int = 1):
         self.open(rank)
         ids = AtomicWriter(rank_file(self.folder / "ids", rank, "ids.u32"))
+        self._id_text = IdTextWriter(self.folder, rank) if self.records_id_text else None
         ok = False
         try:
             batch: list = []
@@ -68,6 +72,8 @@ class RecordingStep(PipelineStep):
             ok = True
         finally:
             ids.close() if ok else ids.abort()
+            if self._id_text is not None:
+                self._id_text.close(ok)
             self.close(ok)
 
     def _flush(self, batch, ids: AtomicWriter):
@@ -76,6 +82,8 @@ class RecordingStep(PipelineStep):
         with self.track_time():
             self.record(batch)
             ids.write(np.fromiter((id_check(d.id) for d in batch), dtype=np.uint32, count=len(batch)))
+            if self._id_text is not None:
+                self._id_text.write_docs(batch)
         self.stat_update("forwarded", value=len(batch))
         yield from batch
 
@@ -109,24 +117,31 @@ def lean_filter_run(step: BaseFilter, data, decide_batch, batch_size: int = 1024
 
 
 class DropListed(BaseFilter):
-    """After the barrier: drops the documents whose (rank, position) the phases listed, under ``reason``."""
+    """After the barrier: drops the documents whose (rank, position) the phases listed, under ``reason``; with
+    ``clusters_glob`` and ``kind``, writes each document's duplicate cluster (:class:`~cuvee.dedup.clusters.ClusterLookup`)."""
 
     name = "🫂 dedup filter"
     replays_exactly = True  # decisions come from the phases' files and the positions: the same on every read
 
-    def __init__(self, folder: str | Path, drops_glob: str, reason: str, exclusion_writer=None):
+    def __init__(self, folder: str | Path, drops_glob: str, reason: str, exclusion_writer=None,
+                 clusters_glob: str | None = None, kind: str | None = None):
         super().__init__(exclusion_writer=exclusion_writer)
         self.folder = Path(folder)
         self.drops_glob = drops_glob  # relative to folder, with {rank} placeholder
         self.reason = reason
+        self.clusters_glob, self.kind = clusters_glob, kind
         self._tracker: PositionTracker | None = None
         self._drops = np.zeros(0, dtype=np.uint64)
+        self._clusters: ClusterLookup | None = None
 
     def run(self, data, rank: int = 0, world_size: int = 1):
         self._tracker = PositionTracker(self.folder / "ids", rank, self.name)
         files = sorted(self.folder.glob(self.drops_glob.format(rank=f"{rank:05d}")))
         # sorted positions, bisected per batch
         self._drops = np.unique(np.concatenate([load_array(f, np.uint64) for f in files])) if files else self._drops
+        if self.clusters_glob:
+            found = sorted(self.folder.glob(self.clusters_glob.format(rank=f"{rank:05d}")))
+            self._clusters = ClusterLookup(self.folder, found, self.kind)
         if self.exclusion_writer:
             yield from super().run(data, rank, world_size)
             return
@@ -139,6 +154,8 @@ class DropListed(BaseFilter):
         verdicts: list = [True] * len(batch)
         for p in self._drops[lo:hi].tolist():
             verdicts[p - start] = (False, self.reason)
+        if self._clusters is not None:
+            self._clusters.annotate(batch, start, verdicts, name_keepers=self.exclusion_writer is not None)
         return verdicts
 
     def filter(self, doc):  # the exclusion-writer path: one document at a time, the same decision

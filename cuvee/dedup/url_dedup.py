@@ -24,6 +24,9 @@ class UrlDedupParams(StageParams):
     url_key: str = Field("url", description="metadata key holding the URL")
     memory_budget_mb: int = Field(1024, ge=1, description="per phase task; larger key sets spill to disk")
 
+    def metadata_fields(self) -> dict[str, str]:
+        return {"url_cluster_size": "int64"}  # and url_duplicate_of in exclusion records (cuvee.dedup.clusters)
+
 
 def crawl_time(meta: dict) -> int:
     """Seconds since the epoch of the crawl, 0 when unknown (so any dated copy wins)."""
@@ -65,5 +68,6 @@ def build_url_dedup(p: UrlDedupParams, ctx: BuildContext):
     return Barrier(
         before=[KeyRecorder(folder, ctx.tasks, UrlKeyer(p.url_key))],
         phases=[Phase("url_duplicates", [FindKeyDuplicates(folder, ctx.tasks, p.memory_budget_mb)], tasks=ctx.tasks)],
-        after=[DropListed(folder, "drops/*/{rank}.u64", "url_duplicate", ctx.exclusion_writer())],
+        after=[DropListed(folder, "drops/*/{rank}.u64", "url_duplicate", ctx.exclusion_writer(),
+                          clusters_glob="clusters/*/{rank}.bin", kind="url")],
     )

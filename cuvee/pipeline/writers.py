@@ -220,9 +220,19 @@ def output_writer(path: str, fmt: str, route_by: str | None = None, metadata_fie
                             adapter=_jsonl_adapter)
 
 
+def _exclusion_adapter(self, doc: Document) -> dict:
+    row = _jsonl_adapter(self, doc)
+    row["metadata"]["filter_stage"] = self.stage
+    return row
+
+
 def exclusion_writer(path: str):
-    """Writes dropped documents of one stage for inspection (deterministic gzip)."""
-    return CuveeJsonlWriter(path, output_filename="${rank}.jsonl.gz", adapter=_jsonl_adapter)
+    """Writes dropped documents of one stage for inspection (deterministic gzip). A record is the document as the
+    stage dropped it: the scores it wrote, ``filter_reason`` (datatrove's key, the reason counted as
+    ``dropped_<reason>``) and ``filter_stage``, the stage that dropped it as the folder names it (``NN.<stage>``)."""
+    writer = CuveeJsonlWriter(path, output_filename="${rank}.jsonl.gz", adapter=_exclusion_adapter)
+    writer.stage = Path(path).name
+    return writer
 
 
 class _RankFiles(PipelineStep):
