@@ -221,7 +221,7 @@ def test_changed_input_prompt_or_model_is_refused(run_dir, tokenizer_dir, tmp_pa
             f.write(json.dumps({"id": "new", "text": paragraph(300)}) + "\n")
         before = srv.requests
         r = cli(run, *args)
-        assert r.exit_code != 0 and "inputs" in r.output and srv.requests == before
+        assert r.exit_code != 0 and "00000.jsonl changed since" in r.output and srv.requests == before
         r = cli(run, *args, "--fresh")
         assert r.exit_code == 0, r.output and json.loads(r.output)["this_run"]["kept"] == 8
         foreign = tmp_path / "theirs"

@@ -66,11 +66,6 @@ class Settings:
                 "seed": self.seed, "max_input_tokens": self.max_input_tokens}
 
 
-def _file_sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 @dataclass
 class _Job:
     """One source document in progress: its pieces and the answers accepted so far."""
@@ -195,7 +190,7 @@ class _Rephraser:
 def binding(files: list[str], prompt, backend_name: str, api: str, settings: Settings, tokenizer: str | None,
             where: dict | None = None) -> dict:
     """The plan a folder is bound to; ``where`` only when given, so folders started without one still resume."""
-    plan = {"inputs": [{"path": str(Path(f).resolve()), "sha256": _file_sha256(f)} for f in files],
+    plan = {"inputs": [str(Path(f).resolve()) for f in files],  # their stamps: the kernel's changed-input check
             "prompt": {"name": prompt.name, "sha256": prompt.sha256}, "model": backend_name, "api": api,
             "generation": settings.generation(), "tokenizer": tokenizer,
             "checks": {"max_input_similarity": settings.checks.max_input_similarity,
@@ -244,8 +239,9 @@ def rephrase(inputs: list[str], out: str | Path, backend: Backend, prompt, setti
              price_per_mtok: tuple[float, float] | None = None, where: dict | None = None) -> dict:
     """Rewrite the documents of ``inputs`` (those matching ``where``, if given) into ``out``; returns the summary
     (also ``out/rephrase_summary.json``)."""
-    from cuvee.folders import FolderError, bind, claim, empty_owned, locked
     from cuvee.kernel.atomic import write_json
+    from cuvee.kernel.stamps import stamps
+    from cuvee.kernel.workdir import Workdir, owned
     from cuvee.llm.inputs import resolve_inputs
     from cuvee.pipeline.io import expand_paths, iter_documents
 
@@ -259,27 +255,22 @@ def rephrase(inputs: list[str], out: str | Path, backend: Backend, prompt, setti
         raise RephraseError(str(e)) from None
     _refuse_overlap(out, inputs)
     counter = TokenCounter(tokenizer) if tokenizer is not None else None
-    try:
-        claim(out, "rephrase", what="rephrase folder")
-        with locked(out, "rephrase folder"):
-            if fresh:
-                empty_owned(out, "rephrase", what="rephrase folder")
-            bind(out, binding(files, prompt, backend.name, backend.api, settings, tokenizer_name, where), what="rephrase folder")
-            records = Records(out)
-            try:
-                r = _Rephraser(backend, prompt, settings, counter, records, where)
-                t_gen = time.perf_counter()
-                error = r.drive(r.units(r.jobs(iter_documents(files), limit)))
-                gen_s = time.perf_counter() - t_gen
-            finally:
-                records.close()
-            summary = _summary(out, r, records, prompt, backend, gen_s, time.perf_counter() - t0, price_per_mtok)
-            empty = r.selected_nothing() if error is None else None
-            if error is not None or empty:
-                summary["error"] = empty or " ".join(str(error).split())
-            write_json(out / SUMMARY, summary)
-    except FolderError as e:
-        raise RephraseError(str(e)) from None
+    plan = binding(files, prompt, backend.name, backend.api, settings, tokenizer_name, where)
+    with owned(out, Workdir("rephrase", "rephrase folder"), plan, fresh=fresh,
+               inputs=stamps(str(Path(f).resolve()) for f in files)):
+        records = Records(out)
+        try:
+            r = _Rephraser(backend, prompt, settings, counter, records, where)
+            t_gen = time.perf_counter()
+            error = r.drive(r.units(r.jobs(iter_documents(files), limit)))
+            gen_s = time.perf_counter() - t_gen
+        finally:
+            records.close()
+        summary = _summary(out, r, records, prompt, backend, gen_s, time.perf_counter() - t0, price_per_mtok)
+        empty = r.selected_nothing() if error is None else None
+        if error is not None or empty:
+            summary["error"] = empty or " ".join(str(error).split())
+        write_json(out / SUMMARY, summary)
     if empty:
         raise RephraseError(f"{empty}; nothing was generated: rerun with the corrected --where and --fresh")
     if error is not None:
