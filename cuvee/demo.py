@@ -54,15 +54,19 @@ def run_demo(run_dir: str = "runs/demo", skip_mix: bool = False) -> Path:
     click.secho("outputs:", bold=True)
     for label, path in outputs:
         click.secho(f"  {label + ':':<14}{path}", fg="green" if label == "dataset card" else None)
-    click.echo(f"next: {next_command()}")
+    click.echo(f"next: {next_command(run_dir, trained_on=manifest.parent if manifest else None)}")
     return Path(files.readme)
 
 
-def next_command() -> str:
-    """What to try after the demo: the full FineWeb recipe on the same sample (its paths are relative to the
-    checkout, so it runs from there)."""
-    here = Path("recipes/fineweb.yaml")
-    if here.is_file():
-        return "cuvee run recipes/fineweb.yaml   (the full FineWeb recipe on the same sample), then cuvee card runs/fineweb"
-    return (f"cd {REPO} && cuvee run recipes/fineweb.yaml   (the full FineWeb recipe on the same sample), "
-            f"then cuvee card runs/fineweb")
+def next_command(run_dir: str = "runs/demo", trained_on: Path | None = None) -> str:
+    """What to try after the demo: README's newcomer path goes on with a model trained on the mix just built
+    (configs/train/demo_mix.yaml reads runs/demo/mix); without a mix, the full FineWeb recipe on the same sample.
+    Config paths are relative to the checkout, so the command runs from there."""
+    where = "" if Path("configs/train/demo_mix.yaml").is_file() else f"cd {REPO} && "
+    if trained_on is not None:
+        default = Path(run_dir) == Path("runs/demo") and not where  # the path demo_mix.yaml reads, from here
+        data = "" if default else f" --set 'data.paths=[{Path(trained_on).resolve()}]'"
+        return (f"{where}cuvee train configs/train/demo_mix.yaml{data}   (a small Llama on this mix, "
+                f"a few minutes on CPU)")
+    return (f"{where}cuvee run recipes/fineweb.yaml   (the full FineWeb recipe on the same sample), then "
+            f"cuvee card runs/fineweb")

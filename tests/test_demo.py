@@ -35,4 +35,7 @@ def test_cuvee_demo_runs_end_to_end(tmp_path):
     assert all((tmp_path / path.strip()).exists() for path in listed.values()), listed
     assert listed["stats"].strip().endswith("stats.json") and listed["card html"].strip().endswith("card.html")
     nxt = tail[-1]
-    assert nxt.startswith("next: ") and "cuvee run recipes/fineweb.yaml" in nxt, nxt
+    # README's newcomer path goes on with a model trained on this mix: the command names the mix just built
+    assert nxt.startswith("next: ") and "cuvee train configs/train/demo_mix.yaml --set 'data.paths=[" in nxt, nxt
+    trained_on = nxt.split("data.paths=[", 1)[1].split("]", 1)[0]
+    assert (tmp_path / trained_on / "manifest.json").samefile(run / "mix" / "manifest.json"), nxt
