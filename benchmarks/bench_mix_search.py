@@ -8,7 +8,10 @@ leave-one-out Spearman and RMSE, the verdict of the pick against the natural (an
 of the whole search (proxies + proof runs) against training one proxy per point of a weight grid of step
 ``--grid-step`` within the same bounds (grid points x mean proxy cost: computed, not run).
 
-    python benchmarks/bench_mix_search.py --mixtures 16 [--grid-step 0.05] [--out DIR] [--json]
+    python benchmarks/bench_mix_search.py --mixtures 16 [--grid-step 0.05] [--out DIR] [--json] [--estimate]
+
+``--estimate`` runs the dry run's time estimate first (cuvee/mixsearch/estimate.py: proxy steps and fit refits
+timed here) and prints it beside each phase's measured time (the search's own "done in" lines).
 
 On a shared 2-core machine run only a smoke test: ``--mixtures 4 --proxy-tokens 8192 --no-proof``.
 """
@@ -19,6 +22,7 @@ import argparse
 import itertools
 import json
 import math
+import re
 import sys
 import tempfile
 import time
@@ -42,6 +46,17 @@ def grid_points(lo: list[float], hi: list[float], step: float) -> int:
     return count
 
 
+def phase_seconds(lines: list[str]) -> dict[str, float]:
+    """Each phase's time from the search's "[search] <phase>...: done in <time>" lines (summed per phase)."""
+    out: dict[str, float] = {}
+    for line in lines:
+        m = re.match(r"\[search\] (\w+).*: done in (?:(\d+) min (\d\d) s|(\d+\.\d) s)$", line)
+        if m:
+            secs = float(m.group(4)) if m.group(4) else 60 * int(m.group(2)) + int(m.group(3))
+            out[m.group(1)] = out.get(m.group(1), 0.0) + secs
+    return out
+
+
 def config(args) -> dict:
     cfg = yaml.safe_load((ROOT / "mixes" / "search_demo.yaml").read_text())
     cfg["name"] = f"bench_search_n{args.mixtures}"
@@ -63,16 +78,27 @@ def main() -> None:
     ap.add_argument("--grid-step", type=float, nargs="+", default=[0.1, 0.05])
     ap.add_argument("--out", default=None, help="search folder (default: a temporary one)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--estimate", action="store_true", help="run the dry run's time estimate first and compare")
     args = ap.parse_args()
 
-    from cuvee.mixsearch.search import run_search
+    from cuvee.mixsearch.search import dry_run, run_search
+
+    lines: list[str] = []
+
+    def say(m: str) -> None:
+        lines.append(m)
+        print(m, file=sys.stderr, flush=True)
 
     with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:
         out = Path(args.out) if args.out else Path(tmp) / "search"
         cfg_path = Path(tmp) / "search.yaml"
         cfg_path.write_text(yaml.safe_dump(config(args), sort_keys=False))
+        estimate = None
+        if args.estimate:
+            t0 = time.perf_counter()
+            estimate = dry_run(cfg_path)["seconds"] | {"dry_run_wall_s": time.perf_counter() - t0}
         t0 = time.perf_counter()
-        report = run_search(cfg_path, out, fresh=bool(args.out), say=lambda m: print(m, file=sys.stderr))
+        report = run_search(cfg_path, out, fresh=bool(args.out), say=say)
         total_wall = time.perf_counter() - t0
     proxies = report["proxies"]
     walls, cpus = [p["wall_s"] for p in proxies], [p["cpu_s"] for p in proxies]
@@ -96,7 +122,9 @@ def main() -> None:
         "verdicts": {t: {a: {"verdict": v["verdict"], "effect": v["effect"], "ci95": v["ci95"], "metric": v["metric"]}
                          for a, v in per.items()} for t, per in report["verdicts"].items()},
         "search_train_wall_s": search_wall, "proof_runs": len(proof_runs),
-        "whole_command_wall_s": total_wall, "grid": grids,
+        "whole_command_wall_s": total_wall, "grid": grids, "pick_supported": report["pick"]["supported"],
+        "not_supported_because": report["pick"]["not_supported_because"], "phases_s": phase_seconds(lines),
+        "estimate_s": estimate,
     }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -114,6 +142,13 @@ def main() -> None:
             print(f"  {t}: pick vs {a}: {v['verdict']} (effect {v['effect']:+.4f} {v['metric']})")
     print(f"search: {search_wall:.0f} s of training ({len(proxies)} proxies + {len(proof_runs)} proof runs), "
           f"{total_wall:.0f} s for the whole command")
+    print("pick " + ("supported: pick.yaml" if result["pick_supported"] else
+                     f"NOT supported ({len(result['not_supported_because'])} reasons): pick.NOT-SUPPORTED.yaml"))
+    print("phases, measured: " + ", ".join(f"{k} {v:.1f} s" for k, v in result["phases_s"].items()))
+    if estimate:
+        print(f"dry-run estimate ({estimate['dry_run_wall_s']:.0f} s to make): start-up {estimate['startup']:.1f} s, "
+              f"proxies {estimate['proxies']:.1f} s, proof {estimate['proof']:.1f} s, transfer {estimate['transfer']:.1f} "
+              f"s, fits {estimate['fits']:.1f} s (law {estimate['fits_law']:.1f} s), total {estimate['total']:.1f} s")
     for step, g in grids.items():
         print(f"grid of step {step} within the bounds: {g['points']} points x {mean_wall:.1f} s = {g['wall_s']:.0f} s "
               f"({g['wall_s'] / max(search_wall, 1e-9):.1f}x the search), CPU {g['cpu_s']:.0f} s")

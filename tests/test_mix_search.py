@@ -128,7 +128,9 @@ def test_planted_pick_is_closer_than_natural_and_uniform_and_better(searched):
     assert v["effect"] > 0 and v["ci95"][0] > 0
     chosen = r["fits"]["blend"]["chosen"]
     assert r["fits"]["blend"]["fits"][chosen]["loo_spearman"] > 0.5
-    # the pick is a ready mix config with these weights
+    # the pick is supported: a ready mix config with these weights, and no unsupported one beside it
+    assert r["pick"]["supported"] and r["pick"]["mix_yaml"] == str(searched["out"] / "pick.yaml")
+    assert not (searched["out"] / "pick.NOT-SUPPORTED.yaml").exists()
     mix = yaml.safe_load((searched["out"] / "pick.yaml").read_text())
     assert [s["weight"] for s in mix["sources"]] == pytest.approx([pick[n] for n in names], abs=1e-6)
     assert abs(sum(s["weight"] for s in mix["sources"]) - 1) < 1e-6
@@ -148,7 +150,7 @@ def test_resume_after_kill_trains_no_job_twice_and_rerun_gives_the_same_report(s
     expected = {f"p{i:03d}" for i in range(16)} | {f"{a}_seed{s}" for a in ("pick", "natural", "uniform")
                                                   for s in (0, 1, 2)}
     assert set(jobs) == expected and set(jobs.values()) == {1}, jobs
-    before = {p: p.read_bytes() for p in (out / "report.json", out / "report.md", out / "pick.yaml")}
+    before = {p: p.read_bytes() for p in (out / "report.json", out / "report.md", *out.glob("pick*.yaml"))}
     from cuvee.mixsearch.search import run_search
 
     run_search(searched["cfg"], out, say=lambda m: None)  # everything recorded: fits and report only
@@ -178,12 +180,13 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
     code, text, _ = _cli(["mix", "search", str(cfg), "--dry-run", "--out", str(out)], capsys)
     assert code == 0
     assert "16 mixtures" in text and "per proxy: 25,600 tokens in 50 steps" in text and "estimated cost" in text
+    assert "estimated time here, one job at a time: ~" in text and "from proxy steps timed on this machine" in text
     assert text.count("corner:") == 3 and "natural" in text
     assert not out.exists()
     demo = REPO / "mixes/search_demo.yaml"
-    code, text, _ = _cli(["mix", "search", str(demo), "--dry-run", "--json"], capsys)
+    code, text, _ = _cli(["mix", "search", str(demo), "--dry-run", "--json", "--no-estimate"], capsys)
     plan = json.loads(text)
-    assert code == 0 and len(plan["mixtures"]) == 10 and plan["proof_runs"] == 9
+    assert code == 0 and len(plan["mixtures"]) == 10 and plan["proof_runs"] == 9 and "seconds" not in plan
     assert all(abs(sum(w) - 1) < 1e-9 for w in plan["mixtures"])
 
 
@@ -234,5 +237,6 @@ def test_mix_search_is_a_subcommand_and_mix_config_still_works(tmp_path, capsys)
     assert code == 2 and "unexpected extra argument" in err
     code, _, err = _cli(["mix", "search"], capsys)
     assert code == 2 and "Missing argument 'SEARCH.yaml'" in err
-    code, _, err = _cli(["mix", "search", str(_yaml(tmp_path / "s.yaml", _config(files))), "--dry-run"], capsys)
-    assert code == 0
+    code, text, err = _cli(["mix", "search", str(_yaml(tmp_path / "s.yaml", _config(files))), "--dry-run",
+                            "--no-estimate"], capsys)
+    assert code == 0 and "estimated cost" in text and "estimated time" not in text

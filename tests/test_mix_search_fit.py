@@ -52,8 +52,52 @@ def test_a_fit_that_cannot_rank_the_proxies_is_a_warning_in_the_report():
                                     "hi": [1] * 3, "natural": [1 / 3] * 3, "uniform": [1 / 3] * 3, "kinds": ["natural"]},
               "config": {"targets": [{"name": "noise", "weight": 1}, {"name": "law", "weight": 1}]},
               "proxies": [proxy], "fits": fits, "warnings": warnings, "verdicts": {}, "proof": {},
-              "pick": {"weights": {"a": 0.2, "b": 0.3, "c": 0.5}, "predicted": 3.0, "mix_yaml": "x"},
+              "pick": {"weights": {"a": 0.2, "b": 0.3, "c": 0.5}, "predicted": 3.0, "mix_yaml": "x",
+                       "supported": False, "not_supported_because": warnings},
               "decontamination": {"targets": {}}}
     md = render_markdown(report)
     assert f"**Warning:** {warnings[0]}" in md and md.index("**Warning:**") < md.index("## Pick")
     assert "within 0.02 of the best, the lowest LOO RMSE" in md
+
+
+def test_a_fit_whose_error_blows_up_is_diverged_in_the_table_and_not_chosen():
+    """Issue #37: a log-linear refit that blew up printed its LOO RMSE as 1.64e+21. Diverged means: a LOO error
+    that is not finite or above DIVERGED_SPREAD times the range of the measured losses; the table says
+    "diverged" (with the definition under it) and the choice passes over it while another fit is usable."""
+    from cuvee.mixsearch.fit import DIVERGED_SPREAD, diverged
+    from cuvee.mixsearch.report import render_markdown
+
+    y = np.array([3.0, 3.2, 3.1, 3.4])
+    assert DIVERGED_SPREAD == 10 and not diverged(3.99, y) and diverged(4.01, y)  # 10 x the range 0.4
+    assert diverged(float("inf"), y) and diverged(float("nan"), y) and not diverged(0.0, y)
+    scores = _scores(loglinear=(0.95, 1.64e21), ridge=(0.6, 0.2))
+    scores["loglinear"]["diverged"] = True
+    assert choose(scores) == "ridge"  # the best Spearman, but diverged
+    scores["ridge"]["diverged"] = True
+    assert choose(scores) == "loglinear"  # every fit diverged: the choice still names one (and the pick is refused)
+    fits = {"docs": {"chosen": "ridge", "spearman_tol": SPEARMAN_TOL, "fits": {
+        "loglinear": {"loo_spearman": 0.95, "loo_rmse": 1.64e21, "loo_mae": 4.1e20, "diverged": True},
+        "ridge": {"loo_spearman": 0.6, "loo_rmse": 0.2, "loo_mae": 0.1, "diverged": False}}}}
+    proxy = {"tokens": 1, "params": 1, "steps": 1, "weights": [0.5, 0.5], "wall_s": 1.0, "cpu_s": 1.0,
+             "targets": {"docs": {"value": 3.0}}}
+    md = render_markdown({"name": "s", "plan": {"sources": ["a", "b"], "available_tokens": [1, 1], "lo": [0] * 2,
+                                                "hi": [1] * 2, "natural": [0.5] * 2, "uniform": [0.5] * 2,
+                                                "kinds": ["natural"]},
+                          "config": {"targets": [{"name": "docs", "weight": 1}]}, "proxies": [proxy], "fits": fits,
+                          "warnings": [], "verdicts": {}, "proof": {}, "transfer": None, "decontamination": {"targets": {}},
+                          "pick": {"weights": {"a": 0.5, "b": 0.5}, "predicted": 3.0, "mix_yaml": "x",
+                                   "supported": True, "not_supported_because": []}})
+    assert "| docs | loglinear | 0.950 | diverged | diverged |  |" in md and "e+21" not in md and "e+20" not in md
+    assert "| docs | ridge | 0.600 | 0.2 | 0.1 | yes |" in md
+    assert f"RMSE exceeds {DIVERGED_SPREAD:g} times the range of the proxies' measured values" in md
+
+
+def test_a_real_log_linear_blow_up_is_flagged_by_loo():
+    """Five proxies of the bundled demo (search_demo.yaml: three corners and two blends; their measured bits per
+    byte on heldout_docs_forums): left out, a corner is extrapolated to ~1e42 by the log-linear law."""
+    w = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.16, 0.04, 0.8], [0.6681, 0.0007, 0.3312],
+                  [0.1587, 0.1779, 0.6634]])
+    y = np.array([4.06492, 4.07799, 4.07341, 4.09767, 4.10242])
+    s = loo("loglinear", w, y)
+    assert s["loo_rmse"] > 1e20 and s["diverged"]
+    assert not loo("ridge", w, y)["diverged"]

@@ -90,7 +90,8 @@ def test_the_report_and_the_pick_carry_the_test(tmp_path):
                                     "natural": [0.5] * 2, "uniform": [0.5] * 2, "kinds": ["natural"]},
               "config": {"targets": [{"name": "docs", "weight": 1}]}, "proxies": [proxy], "fits": fits,
               "warnings": [], "verdicts": {}, "proof": {}, "transfer": None,
-              "pick": {"weights": {"a": 0.5, "b": 0.5}, "predicted": 3.0, "mix_yaml": "x"},
+              "pick": {"weights": {"a": 0.5, "b": 0.5}, "predicted": 3.0, "mix_yaml": "x", "supported": True,
+                       "not_supported_because": []},
               "decontamination": {"targets": {}}}
     md = render_markdown(report)
     assert "| docs | 0.620 | 0.620 | 0.550 | 200 (seed 0) | 0.200 |" in md

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from test_mix_search import _data, _yaml
-from test_mix_search_workers import cuvee, finish, records, stripped, tiny, trained
+from test_mix_search_workers import cuvee, finish, pick_text, records, stripped, tiny, trained
 
 pytestmark = [pytest.mark.slurm]
 
@@ -72,8 +72,7 @@ def test_proxies_as_a_slurm_array_give_the_local_pick_and_a_rerun_while_queued_s
     assert logs == [f"proxies-{array['job_id']}_{i}.out" for i in range(5)]
     assert records(out) == local["records"]
     assert stripped(json.loads((out / "report.json").read_text()), out) == local["report"]
-    assert (out / "pick.yaml").read_text().replace(str(out), "OUT") == \
-        (local["out"] / "pick.yaml").read_text().replace(str(local["out"]), "OUT")
+    assert pick_text(out) == pick_text(local["out"])
 
 
 def test_a_failed_array_task_is_one_line_naming_its_log(cluster, local):

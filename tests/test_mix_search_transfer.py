@@ -5,6 +5,8 @@ before any proxy trains."""
 from __future__ import annotations
 
 import json
+import re
+import time
 
 import pytest
 
@@ -27,8 +29,11 @@ def tiny(tmp_path_factory):
     d = tmp_path_factory.mktemp("transfer")
     files = _data(d)
     cfg = _yaml(d / "s.yaml", _tiny(files))
-    report = run_search(cfg, d / "out", say=lambda m: None)
-    return {"d": d, "cfg": cfg, "out": d / "out", "report": report, "files": files}
+    lines: list[str] = []
+    t0 = time.perf_counter()
+    report = run_search(cfg, d / "out", say=lines.append)
+    return {"d": d, "cfg": cfg, "out": d / "out", "report": report, "files": files, "lines": lines,
+            "wall_s": time.perf_counter() - t0}
 
 
 def test_transfer_retrains_best_and_worst_at_the_larger_budget(tiny):
@@ -89,15 +94,18 @@ def test_pick_yaml_carries_chosen_by_and_the_card_shows_it_escaped(tiny, tmp_pat
     from cuvee.mixer.mix import run_mix
 
     r, out = tiny["report"], tiny["out"]
-    pick = yaml.safe_load((out / "pick.yaml").read_text())
+    path = out / ("pick.yaml" if r["pick"]["supported"] else "pick.NOT-SUPPORTED.yaml")
+    assert r["pick"]["mix_yaml"] == str(path) and len(list(out.glob("pick*.yaml"))) == 1
+    pick = yaml.safe_load(path.read_text())
     cb = pick["chosen_by"]
+    assert cb["supported"] is r["pick"]["supported"] and cb["not_supported_because"] == r["pick"]["not_supported_because"]
     chosen = r["fits"]["blend"]["chosen"]
     assert cb["search"] == "planted" and cb["report"] == str((out / "report.md").resolve())
     assert cb["fits"]["blend"] == {"fit": chosen, "loo_spearman": r["fits"]["blend"]["fits"][chosen]["loo_spearman"],
                                    "loo_rmse": r["fits"]["blend"]["fits"][chosen]["loo_rmse"], "proxies": 5,
                                    "permutation_p": r["fits"]["blend"]["permutation"]["p_value"]}
     assert cb["proof"] == "not run" and cb["transfer"] == r["transfer"]["verdict"]
-    manifest = run_mix(out / "pick.yaml", out_dir=tmp_path / "mix", dry_run=True)  # the mixer accepts it as is
+    manifest = run_mix(path, out_dir=tmp_path / "mix", dry_run=True)  # the mixer reads it as is
     md = "\n".join(chosen_by_lines(manifest))
     assert "### How these weights were chosen" in md and f"`{chosen}`" in md and "Proof: not run." in md
     assert f"{cb['fits']['blend']['loo_spearman']:.3f}" in md
@@ -142,3 +150,58 @@ def test_kill_during_fitting_then_rerun_trains_nothing_again_and_gives_the_same_
                                    *(f"p{i:03d}_{512 * 16}" for i in r["transfer"]["mixtures"])}), jobs
     assert r["pick"]["weights"] == tiny["report"]["pick"]["weights"]
     assert r["fits"] == tiny["report"]["fits"] and r["transfer"]["targets"] == tiny["report"]["transfer"]["targets"]
+
+
+PHASES = ("tokenizing en", "decontaminating", "proxies: 5 of 5 job(s) to train", "fitting blend",
+          "permutation test of blend", "transfer: 4 of 4 job(s) to train", "writing report.md")
+
+
+def test_every_phase_of_the_search_says_when_it_starts_and_how_long_it_took(tiny):
+    """Issue #37: the search printed nothing while it decontaminated, fitted and ran the permutation test."""
+    lines = tiny["lines"]
+    for what in PHASES:
+        start = next((i for i, x in enumerate(lines) if x.startswith(f"[search] {what}") and x.endswith(" ...")), None)
+        assert start is not None, (what, lines)
+        if what.startswith("tokenizing"):
+            assert re.fullmatch(r"\[search\] tokenized en: .* in \d+\.\d s", lines[start + 1]), lines[start + 1]
+            continue
+        end = next((x for x in lines[start + 1:] if x.startswith(f"[search] {what}") and ": done in " in x), None)
+        assert end is not None and re.search(r": done in (\d+\.\d s|\d+ min \d\d s)$", end), (what, lines)
+
+
+def _seconds(text: str) -> float:
+    m = re.fullmatch(r"(?:(\d+) min (\d\d) s|(\d+\.\d) s)", text)
+    return float(m.group(3)) if m.group(3) else 60 * int(m.group(1)) + int(m.group(2))
+
+
+def _took(lines: list[str], what: str) -> float:
+    return sum(_seconds(x.rsplit(": done in ", 1)[1]) for x in lines
+               if x.startswith(f"[search] {what}") and ": done in " in x)
+
+
+def test_the_dry_run_estimate_is_within_a_factor_of_three_of_the_real_run(tiny):
+    """--dry-run times a few real proxy steps and one refit per fit family here. On the tiny search (5 proxies of 8
+    steps, 4 transfer runs of 16) its seconds per proxy and per transfer run are within 3x of the median the
+    job records measured, and what the fitting and permutation phases took (their "done in" lines) is within 3x
+    of its range for the fits (losses that follow a law .. noise: the fits' cost depends on the losses). The
+    start-up a process pays once is left out here: this process already paid it."""
+    import statistics
+
+    from cuvee.mixsearch.config import load_search_config
+    from cuvee.mixsearch.proxies import steps_for
+    from cuvee.mixsearch.search import dry_run
+
+    plan = dry_run(tiny["cfg"])
+    est, out = plan["seconds"], tiny["out"]
+    assert est["proof"] == 0 and est["per_step_s"] > 0 and est["fixed_per_run_s"] > 0 and est["startup"] >= 0
+    for phase, runs, pattern in (("proxies", 5, "p???.json"), ("transfer", 4, f"p???_{512 * 16}.json")):
+        walls = [json.loads(p.read_text())["wall_s"] for p in sorted((out / phase).glob(pattern))]
+        assert len(walls) == runs
+        per_run = est[phase] / runs
+        assert statistics.median(walls) / 3 <= per_run <= 3 * statistics.median(walls), (phase, est, walls)
+    steps = json.loads((out / "proxies" / "p000.json").read_text())["steps"]
+    assert est["proxies"] / 5 == pytest.approx(est["fixed_per_run_s"] + steps * est["per_step_s"])
+    fits = _took(tiny["lines"], "fitting ") + _took(tiny["lines"], "permutation test ")
+    assert est["fits_law"] / 3 <= fits <= 3 * est["fits"], (est, fits)  # within 3x of the range noise .. law
+    assert est["fits_law"] < est["fits"]
+    assert steps == steps_for(load_search_config(tiny["cfg"])[1], 512 * 8) == 8

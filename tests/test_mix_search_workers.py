@@ -76,13 +76,19 @@ def base(tmp_path_factory):
     out = d / "sequential"
     report = run_search(cfg, out, say=lambda m: None)
     return {"dir": d, "cfg": cfg, "out": out, "report": stripped(report, out), "records": records(out),
-            "pick": (out / "pick.yaml").read_text().replace(str(out), "OUT")}
+            "pick": pick_text(out)}
+
+
+def pick_text(out: Path) -> tuple[str, str]:
+    """The search's one pick file (pick.yaml, or pick.NOT-SUPPORTED.yaml when unsupported): name and text."""
+    (path,) = out.glob("pick*.yaml")
+    return path.name, path.read_text().replace(str(out), "OUT")
 
 
 def same_as_sequential(base: dict, out: Path) -> None:
     assert records(out) == base["records"]  # every record's bytes but its timings
     assert stripped(json.loads((out / "report.json").read_text()), out) == base["report"]
-    assert (out / "pick.yaml").read_text().replace(str(out), "OUT") == base["pick"]
+    assert pick_text(out) == base["pick"]
 
 
 def test_two_workers_give_the_sequential_records_pick_and_report(base):
@@ -92,6 +98,12 @@ def test_two_workers_give_the_sequential_records_pick_and_report(base):
     code, text, err = finish(proc)
     assert code == 0, err[-2000:]
     assert "proxies: 2 worker process(es) on devices 3,5" in text and "proof: 2 worker process(es)" in text
+    name = base["pick"][0]
+    assert text.strip().splitlines()[-1] == (  # the CLI's last line says whether the pick is a mix to train
+        f"[search] pick supported: ready mix config {out / name} (report.md next to it)" if name == "pick.yaml" else
+        f"[search] pick NOT SUPPORTED ({len(base['report']['pick']['not_supported_because'])} reason"
+        f"{'s' * (len(base['report']['pick']['not_supported_because']) != 1)} in report.md): written as {out / name} "
+        f"for inspection, not as a mix to train")
     for k, device in ((0, 3), (1, 5)):
         assert f"CUDA_VISIBLE_DEVICES={device}, 1 torch thread(s)" in (out / "logs" / f"proxies-w{k}.log").read_text()
     same_as_sequential(base, out)

@@ -39,6 +39,13 @@ def chosen_by_lines(manifest: dict) -> list[str]:
     lines.append(f"By `cuvee mix search` (search {code(block.get('search', '?'))}; report {code(block.get('report', '?'))}): "
                  "small proxy models trained on mixtures of these sources, a model of the held-out target metric fitted "
                  "to them and chosen by leave-one-out (LOO) rank correlation, and these weights minimise its prediction.")
+    if block.get("supported") is False:  # written as pick.NOT-SUPPORTED.yaml; a mix built from it says so
+        why = block.get("not_supported_because")
+        lines += ["", "**Not supported by the search**: it wrote these weights to be inspected, not as a mix to train:",
+                  "", *(f"- {text(w, 600)}" for w in (why if isinstance(why, list) else []))]
+    elif block.get("supported") is True:
+        lines += ["", "Supported by the search: every target's fit ranks the proxies beyond chance and no proof arm "
+                  "measured better than these weights."]
     warnings = block.get("warnings")
     for w in warnings if isinstance(warnings, list) else []:
         lines += ["", f"**Warning from the search:** {text(w, 600)}"]

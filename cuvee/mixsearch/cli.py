@@ -19,6 +19,17 @@ def _plan_text(p: dict) -> str:
     lines += [f"per proxy: {p['proxy_tokens']:,} tokens in {p['proxy_steps']} steps, {p['params']:,} parameters",
               f"proof: {p['proof_runs']} runs of {p['proof_tokens']:,} tokens",
               f"estimated cost: {p['total_train_tokens']:,} training tokens, {p['train_flops']:.3g} FLOPs (6 N D)"]
+    if p.get("seconds"):
+        from cuvee.mixsearch.progress import seconds
+
+        t = p["seconds"]
+        lines += [f"estimated time here, one job at a time: ~{seconds(t['total'])} (start-up {seconds(t['startup'])}, "
+                  f"proxies {seconds(t['proxies'])}, proof {seconds(t['proof'])}, transfer {seconds(t['transfer'])}, "
+                  f"fits and permutation tests {seconds(t['fits'])}, or {seconds(t['fits_law'])} if the losses follow "
+                  f"a law rather than noise), from proxy steps timed on this machine "
+                  f"({t['per_step_s']:.3g} s per step, {t['fixed_per_run_s']:.3g} s per run to build the model and "
+                  f"score the targets) and one refit of each fit family; tokenizing, decontamination and the report "
+                  f"come on top"]
     return "\n".join(lines)
 
 
@@ -55,7 +66,9 @@ def _placement(workers, devices, slurm, opts: dict):
 @click.argument("config", metavar="SEARCH.yaml", type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="search folder (default: the config's output_dir, runs/mix_search/<name>)")
-@click.option("--dry-run", is_flag=True, help="print the plan (mixtures, tokens per proxy, cost) without training")
+@click.option("--dry-run", is_flag=True, help="print the plan (mixtures, tokens per proxy, cost and time) without "
+              "training; the time comes from a few proxy steps and one refit of each fit family timed here")
+@click.option("--no-estimate", is_flag=True, help="with --dry-run: skip timing the proxy and the fits (no seconds)")
 @click.option("--fresh", is_flag=True, help="empty the search folder first (only a folder cuvee created)")
 @click.option("--json", "as_json", is_flag=True, help="print the plan or the report as JSON")
 @click.option("--workers", type=click.IntRange(1, 1024), default=None,
@@ -69,8 +82,8 @@ def _placement(workers, devices, slurm, opts: dict):
 @click.option("--gpus-per-task", type=click.IntRange(0, 4096), default=None, help="SLURM GPUs per task (0)")
 @click.option("--mem-per-cpu-gb", type=click.IntRange(1, 4096), default=None, help="SLURM memory per CPU, GB (2)")
 @click.option("--no-wait", is_flag=True, help="with --slurm: submit and exit; rerun the command to go on")
-def mix_search(config, out_dir, dry_run, fresh, as_json, workers, devices, slurm, partition, time_, cpus_per_task,
-               gpus_per_task, mem_per_cpu_gb, no_wait):
+def mix_search(config, out_dir, dry_run, no_estimate, fresh, as_json, workers, devices, slurm, partition, time_,
+               cpus_per_task, gpus_per_task, mem_per_cpu_gb, no_wait):
     """Choose mix weights by experiment: N small proxies over the bounded simplex of source weights,
     per-target fits (mixing law, RegMix-style ridge) chosen by leave-one-out Spearman, the pick written as a
     mix YAML, and a paired-seed proof of the pick against the natural and uniform mixes.
@@ -83,6 +96,7 @@ def mix_search(config, out_dir, dry_run, fresh, as_json, workers, devices, slurm
     from cuvee.mixer.config import MixConfigError
     from cuvee.mixsearch.caches import EmptyTargetError
     from cuvee.mixsearch.config import SearchConfigError
+    from cuvee.mixsearch.report import pick_line
     from cuvee.mixsearch.search import SearchError, Submitted, run_search
     from cuvee.mixsearch.search import dry_run as plan
 
@@ -90,8 +104,10 @@ def mix_search(config, out_dir, dry_run, fresh, as_json, workers, devices, slurm
         placement = _placement(workers, devices, slurm, {
             "partition": partition, "time": time_, "cpus_per_task": cpus_per_task, "gpus_per_task": gpus_per_task,
             "mem_per_cpu_gb": mem_per_cpu_gb, "no_wait": no_wait})
+        if no_estimate and not dry_run:
+            raise click.UsageError("--no-estimate goes with --dry-run")
         if dry_run:
-            p = plan(config)
+            p = plan(config, estimate=not no_estimate)
             if out_dir:
                 p["output_dir"] = out_dir
             click.echo(json.dumps(p, indent=2) if as_json else _plan_text(p))
@@ -113,3 +129,4 @@ def mix_search(config, out_dir, dry_run, fresh, as_json, workers, devices, slurm
             click.echo(f"[search] {target}: pick vs {arm}: {v['verdict']} (effect {v['effect']:+.4f} {v['metric']}, "
                        f"95 % CI [{v['ci95'][0]:+.4f}, {v['ci95'][1]:+.4f}]): {v.get('reason', '')}")
     click.echo(f"[search] report: {report['pick']['mix_yaml'].rsplit('/', 1)[0]}/report.md")
+    click.echo(pick_line(report))

@@ -17,7 +17,9 @@ Fits (per target; every one deterministic, so a rerun on the same proxies gives 
 ``ridge``       RegMix-style regression (Liu et al., 2024): ridge on the weights and their pairwise products,
                 the penalty chosen by leave-one-out error (closed form through the hat matrix).
 
-Choice: leave-one-out over the proxies (each refit without one proxy predicts it). The fits whose LOO
+Choice: leave-one-out over the proxies (each refit without one proxy predicts it). A fit whose LOO error is not
+finite or exceeds ``DIVERGED_SPREAD`` (10) times the range of the measured losses has diverged (the report says
+so instead of printing the error) and is not chosen unless every fit diverged. Of the others, the fits whose LOO
 Spearman between predicted and measured loss is within ``SPEARMAN_TOL`` (0.02) of the best are taken as tied,
 and of those the one with the lowest LOO RMSE wins (ranks from 10-20 proxies move by more than 0.02 when one
 proxy changes, so a rank lead that small says less than a clearly smaller error). The best of four noisy scores
@@ -34,10 +36,12 @@ from scipy import optimize, stats
 
 from cuvee.mixsearch.families import POWER_EPS, POWER_EXPONENTS, RIDGE_ALPHAS, features
 from cuvee.mixsearch.permutation import PERMUTATIONS, permutation_test
+from cuvee.mixsearch.progress import timed
 from cuvee.mixsearch.sampling import project
 
 FITS = ("loglinear", "separable", "powerlaw", "ridge")
 SPEARMAN_TOL = 0.02  # LOO Spearman values this close count as tied; the lower LOO RMSE wins
+DIVERGED_SPREAD = 10.0  # a LOO RMSE above this many times the range of the measured losses: the fit diverged
 
 
 @dataclass(frozen=True)
@@ -164,36 +168,58 @@ def _fit_ridge(w: np.ndarray, y: np.ndarray) -> Fit:
 FITTERS = {"loglinear": _fit_loglinear, "separable": _fit_separable, "powerlaw": _fit_powerlaw, "ridge": _fit_ridge}
 
 
-def loo(kind: str, w: np.ndarray, y: np.ndarray) -> dict:
-    """Leave-one-out predictions of one fit kind, with their Spearman correlation and errors."""
+def loo(kind: str, w: np.ndarray, y: np.ndarray, step=None) -> dict:
+    """Leave-one-out predictions of one fit kind, with their Spearman correlation and errors (``step``: called
+    after each refit, for progress)."""
     pred = np.empty(len(y))
     for i in range(len(y)):
         m = np.arange(len(y)) != i
         pred[i] = FITTERS[kind](w[m], y[m]).predict(w[i:i + 1])[0]
-    rho = stats.spearmanr(pred, y).statistic if np.ptp(pred) > 0 and np.ptp(y) > 0 else float("nan")
+        if step is not None:
+            step(kind)
+    finite = bool(np.isfinite(pred).all())
+    rho = stats.spearmanr(pred, y).statistic if finite and np.ptp(pred) > 0 and np.ptp(y) > 0 else float("nan")
     err = pred - y
-    return {"kind": kind, "loo_spearman": float(rho), "loo_rmse": float(np.sqrt(np.mean(err ** 2))),
-            "loo_mae": float(np.mean(np.abs(err))), "loo_predictions": pred.tolist()}
+    rmse = float(np.sqrt(np.mean(err ** 2)))
+    return {"kind": kind, "loo_spearman": float(rho), "loo_rmse": rmse, "loo_mae": float(np.mean(np.abs(err))),
+            "loo_predictions": pred.tolist(), "diverged": diverged(rmse, y)}
+
+
+def diverged(rmse: float, y: np.ndarray) -> bool:
+    """A fit's leave-one-out error is not an error but a blow-up: not finite, or above ``DIVERGED_SPREAD`` times
+    the range of the measured losses (a fit that predicted the mean would stay below one range)."""
+    return not math.isfinite(rmse) or rmse > DIVERGED_SPREAD * max(float(np.ptp(y)), 1e-12)
 
 
 def choose(scores: dict[str, dict], tol: float = SPEARMAN_TOL) -> str:
-    """The fit with the lowest LOO RMSE among those whose LOO Spearman is within ``tol`` of the best."""
+    """The fit with the lowest LOO RMSE among those whose LOO Spearman is within ``tol`` of the best; a fit that
+    diverged (:func:`diverged`) is chosen only when every one did."""
     def rho(k):
         r = scores[k]["loo_spearman"]
         return r if math.isfinite(r) else -2.0
 
-    best = max(rho(k) for k in scores)
-    tied = [k for k in scores if rho(k) >= best - tol - 1e-12]
+    usable = [k for k in scores if not scores[k].get("diverged")] or list(scores)
+    best = max(rho(k) for k in usable)
+    tied = [k for k in usable if rho(k) >= best - tol - 1e-12]
     return min(tied, key=lambda k: (scores[k]["loo_rmse"], -rho(k), list(scores).index(k)))
 
 
-def fit_target(w: np.ndarray, y: np.ndarray, permutations: int | None = None, seed: int = 0) -> dict:
+def fit_target(w: np.ndarray, y: np.ndarray, permutations: int | None = None, seed: int = 0, say=None,
+               name: str = "the target") -> dict:
     """Every fit of one target, their LOO scores, the chosen one (see :func:`choose`) and the permutation test
-    of that choice (cuvee/mixsearch/permutation.py; ``permutations`` defaults to its ``PERMUTATIONS``)."""
-    scores = {k: loo(k, w, y) for k in FITS}
-    for k in FITS:
-        scores[k]["params"] = list(FITTERS[k](w, y).params)
-    test = permutation_test(w, y, PERMUTATIONS if permutations is None else permutations, seed)
+    of that choice (cuvee/mixsearch/permutation.py; ``permutations`` defaults to its ``PERMUTATIONS``). ``say``
+    gets the progress lines (at most one every few seconds: the nonlinear fits take seconds to minutes)."""
+    say = say or (lambda m: None)
+    b = PERMUTATIONS if permutations is None else permutations
+    n = len(y)
+    with timed(say, f"fitting {name}: {len(FITS)} families x {n + 1} fits ({n} leave-one-out and the full one)",
+               total=len(FITS) * (n + 1)) as ticker:
+        scores = {k: loo(k, w, y, ticker.step) for k in FITS}
+        for k in FITS:
+            scores[k]["params"] = list(FITTERS[k](w, y).params)
+            ticker.step(k)
+    with timed(say, f"permutation test of {name}'s fit choice ({b} shuffles, {len(FITS)} families' linear cores)"):
+        test = permutation_test(w, y, b, seed)
     return {"chosen": choose(scores), "spearman_tol": SPEARMAN_TOL, "fits": scores, "permutation": test}
 
 

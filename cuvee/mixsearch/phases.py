@@ -15,6 +15,7 @@ from pathlib import Path
 
 from cuvee.mixsearch import slurm
 from cuvee.mixsearch.jobs import Job, SearchError, code_path, recorded, train_job, write_job_list
+from cuvee.mixsearch.progress import timed
 
 LOGS = "logs"
 
@@ -57,8 +58,10 @@ def _last_line(path: Path) -> str:
     return lines[-1][:300] if lines else "empty log"
 
 
-def _local_pool(out: Path, phase: str, placement: Placement, argv: list[str], threads: int, say) -> list[str]:
-    """K worker processes over the phase's job list; returns one line per worker that failed."""
+def _local_pool(out: Path, phase: str, placement: Placement, argv: list[str], threads: int, say,
+                ticker=None, count=None) -> list[str]:
+    """K worker processes over the phase's job list; returns one line per worker that failed. While they run,
+    ``ticker`` is given ``count()``, the jobs recorded so far, about once a second."""
     logs = Path(out) / LOGS
     logs.mkdir(exist_ok=True)
     procs = []
@@ -78,8 +81,13 @@ def _local_pool(out: Path, phase: str, placement: Placement, argv: list[str], th
                 procs.append((k, log, subprocess.Popen(
                     [*argv, "--phase", phase, "--all", "--threads", str(threads), "--parent", str(os.getpid())],
                     stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)))
-        for _, _, p in procs:
-            p.wait()
+        while any(p.poll() is None for _, _, p in procs):
+            try:
+                next(p for _, _, p in procs if p.poll() is None).wait(timeout=1.0)
+            except (subprocess.TimeoutExpired, StopIteration):
+                pass
+            if ticker is not None:
+                ticker.update(count())
     finally:
         for _, _, p in procs:
             if p.poll() is None:
@@ -95,8 +103,15 @@ def run_phase(out: Path, phase: str, jobs: list[Job], trainer, placement: Placem
     recs, missing = _collect(out, jobs)
     if not missing:
         return recs
+    what = f"{phase}: {len(missing)} of {len(jobs)} job(s) to train"
     if placement.slurm is None and not placement.local_pool:
-        return [train_job(out, j, trainer, say) for j in jobs]
+        with timed(say, what, total=len(missing)) as ticker:
+            out_recs = []
+            for j, rec in zip(jobs, recs):
+                out_recs.append(rec if rec is not None else train_job(out, j, trainer, say))
+                if rec is None:
+                    ticker.step()
+            return out_recs
     if argv is None:
         raise SearchError("worker processes and SLURM tasks reload the search from its SEARCH.yaml: give a file")
     write_job_list(out, phase, jobs, fingerprint)
@@ -107,7 +122,9 @@ def run_phase(out: Path, phase: str, jobs: list[Job], trainer, placement: Placem
         if missing:
             raise SearchError(slurm.failure_line(out, phase, jobs, missing))
         return recs
-    failures = _local_pool(out, phase, placement, argv, threads, say)
+    with timed(say, what, total=len(missing)) as ticker:
+        failures = _local_pool(out, phase, placement, argv, threads, say, ticker,
+                               lambda: sum(j.record_path(out).exists() for j in missing))
     recs, missing = _collect(out, jobs)
     if missing:
         why = failures[0] if failures else "another process held them"

@@ -1,5 +1,10 @@
-"""The search's outputs: the pick as a ready mix YAML, ``report.json``, ``report.md`` and the figures of
+"""The search's outputs: the pick as a mix YAML, ``report.json``, ``report.md`` and the figures of
 cuvee/mixsearch/plots.py (when matplotlib is installed).
+
+The pick is a ready mix config (``pick.yaml``) only when the search supports it: every target's chosen fit
+ranks the proxies beyond chance, no proof arm measured better than the pick and the transfer check (if run)
+did not see the ranks fall apart. Otherwise it is written as ``pick.NOT-SUPPORTED.yaml``, with a header
+saying why, for inspection: a name nobody trains by mistake.
 
 Everything here is recomputed from the job records, so a resumed search writes the same files."""
 
@@ -12,7 +17,9 @@ import numpy as np
 import yaml
 
 from cuvee.folders import atomic_write_text
+from cuvee.mixsearch.fit import DIVERGED_SPREAD
 from cuvee.train.strict_json import dumps as strict_dumps
+from cuvee.train.verdict import WORSE
 
 
 def rounded_weights(w: np.ndarray, digits: int = 6) -> list[float]:
@@ -21,6 +28,53 @@ def rounded_weights(w: np.ndarray, digits: int = 6) -> list[float]:
     i = int(np.argmax(r))
     r[i] = round(r[i] + (1.0 - sum(r)), digits)
     return r
+
+
+PICK = "pick.yaml"
+NOT_SUPPORTED = "pick.NOT-SUPPORTED.yaml"
+
+
+def unsupported_because(report: dict) -> list[str]:
+    """Why the pick is not a mix to train, one line per reason; empty when the search supports it."""
+    why = [w for w in report.get("warnings") or []]  # per target: the fit ranks the proxies no better than noise
+    for t, f in report["fits"].items():
+        if f["fits"][f["chosen"]].get("diverged"):
+            why.append(f"target {t}: every fit diverged (leave-one-out error not finite or over "
+                       f"{DIVERGED_SPREAD:g}x the range of the proxies' values)")
+    for t, per in (report.get("verdicts") or {}).items():
+        for arm, v in per.items():
+            if v["verdict"] == WORSE:
+                why.append(f"target {t}: the pick measured worse than the {arm} mix in the proof ({v['metric']} "
+                           f"{v['pick']:.4f} against {v['control']:.4f}, effect {v['effect']:+.4f}, 95 % CI "
+                           f"[{v['ci95'][0]:+.4f}, {v['ci95'][1]:+.4f}])")
+    transfer = report.get("transfer")
+    if transfer and transfer["verdict"] == "ranks did not hold":
+        why.append(f"the proxies' ranks did not hold at {transfer['transfer_tokens']:,} tokens (transfer check)")
+    return why
+
+
+def on_bounds(names: list[str], w, lo, hi, fits: dict) -> dict | None:
+    """Which sources the pick holds at a bound, whether that makes it a corner (vertex) of the bounded simplex
+    (all but at most one source at a bound), and a sentence saying what that means; None when it is inside."""
+    tol = 1e-6
+    lower = [n for n, x, a in zip(names, w, lo) if x <= a + tol]
+    upper = [n for n, x, b in zip(names, w, hi) if x >= b - tol and n not in lower]
+    if not lower and not upper:
+        return None
+    corner = len(lower) + len(upper) >= len(names) - 1
+    loglinear = [t for t, f in fits.items() if f["chosen"] == "loglinear"]
+    parts = [f"{', '.join(upper)} at {'its' if len(upper) == 1 else 'their'} upper bound"] if upper else []
+    parts += [f"{', '.join(lower)} at {'its' if len(lower) == 1 else 'their'} lower bound"] if lower else []
+    if corner:
+        note = (f"The pick is a corner of the bounds ({'; '.join(parts)}): the fitted optimum lies at the edge of the "
+                f"region the proxies sampled, so it says which direction the proxies favour, not an optimum found "
+                f"inside the bounds")
+        if loglinear:
+            note += (f"; the chosen fit of {', '.join(loglinear)} is log-linear, monotone in every weight, and its "
+                     f"optimum is always a corner")
+    else:
+        note = f"The pick sits on the bounds ({'; '.join(parts)}): the fitted optimum lies at or beyond them"
+    return {"lower": lower, "upper": upper, "corner": corner, "note": note + "."}
 
 
 def chosen_by(report: dict, out: Path) -> dict:
@@ -35,14 +89,17 @@ def chosen_by(report: dict, out: Path) -> dict:
                        "reason": v.get("reason", "")}
                  for arm, v in per.items()} for t, per in (report.get("verdicts") or {}).items()}
     transfer = report.get("transfer")
-    return {"search": report["name"], "report": str((out / "report.md").resolve()), "fits": fits,
-            "proof": proof or "not run", "transfer": transfer["verdict"] if transfer else "not run",
+    return {"search": report["name"], "report": str((out / "report.md").resolve()),
+            "supported": report["pick"]["supported"], "not_supported_because": report["pick"]["not_supported_because"],
+            "fits": fits, "proof": proof or "not run", "transfer": transfer["verdict"] if transfer else "not run",
             "warnings": list(report.get("warnings") or [])}
 
 
-def write_pick_yaml(cfg, names: list[str], weights: np.ndarray, out: Path, chosen: dict | None = None) -> Path:
-    """``<out>/pick.yaml``: a mix config (``cuvee mix``) with the picked weights and the search's sources, and
-    ``chosen_by`` (see :func:`chosen_by`) when given."""
+def write_pick_yaml(cfg, names: list[str], weights: np.ndarray, out: Path, chosen: dict) -> Path:
+    """The pick as a mix config (``cuvee mix``) with the picked weights, the search's sources and ``chosen_by``
+    (:func:`chosen_by`): ``pick.yaml`` when supported, else ``pick.NOT-SUPPORTED.yaml`` headed by why; the other
+    name is removed, so the folder never holds a ready pick the search does not support."""
+    why = chosen["not_supported_because"]
     sources = []
     for s, w in zip(cfg.sources, rounded_weights(weights)):
         entry = {"name": s.name, "paths": list(s.paths), "weight": w, "max_epochs": s.max_epochs}
@@ -54,17 +111,32 @@ def write_pick_yaml(cfg, names: list[str], weights: np.ndarray, out: Path, chose
             entry["min_chars"] = s.min_chars
         sources.append(entry)
     spec = cfg.tokenizer.model_dump(mode="json", exclude_defaults=True)
-    mix = {"name": f"{cfg.name}_pick",
-           "description": f"weights chosen by `cuvee mix search` ({cfg.name}); set target_tokens to your budget",
+    name = f"{cfg.name}_pick" + ("_not_supported" if why else "")
+    mix = {"name": name,
+           "description": (f"weights chosen by `cuvee mix search` ({cfg.name}); set target_tokens to your budget"
+                           if not why else f"NOT SUPPORTED by `cuvee mix search` ({cfg.name}): see the header"),
            "target_tokens": cfg.proof_tokens, "seed": cfg.seed,
            "tokenizer": spec.get("name") or spec.get("path") if set(spec) <= {"kind", "name", "path"} else spec,
-           "output_dir": f"out/mix/{cfg.name}_pick", "sources": sources}
-    if chosen is not None:
-        mix["chosen_by"] = chosen
-    path = out / "pick.yaml"
-    atomic_write_text(path, "# written by cuvee mix search; see report.md next to it\n"
-            + yaml.safe_dump(mix, sort_keys=False, allow_unicode=True))
+           "output_dir": f"out/mix/{name}", "sources": sources, "chosen_by": chosen}
+    header = "# written by cuvee mix search; see report.md next to it\n"
+    if why:
+        header = ("# NOT SUPPORTED: cuvee mix search does not support these weights. They are written here to be "
+                  "inspected,\n# not as a mix to train (a supported pick is written as pick.yaml). Why:\n"
+                  + "".join(f"# - {' '.join(w.split())}\n" for w in why) + "# See report.md next to this file.\n")
+    path, other = (out / NOT_SUPPORTED, out / PICK) if why else (out / PICK, out / NOT_SUPPORTED)
+    atomic_write_text(path, header + yaml.safe_dump(mix, sort_keys=False, allow_unicode=True))
+    other.unlink(missing_ok=True)
     return path
+
+
+def pick_line(report: dict) -> str:
+    """The CLI's last line: where the pick is and whether it is a mix to train."""
+    p = report["pick"]
+    if p["supported"]:
+        return f"[search] pick supported: ready mix config {p['mix_yaml']} (report.md next to it)"
+    n = len(p["not_supported_because"])
+    return (f"[search] pick NOT SUPPORTED ({n} reason{'s' if n != 1 else ''} in report.md): written as "
+            f"{p['mix_yaml']} for inspection, not as a mix to train")
 
 
 def _fmt(x, spec: str = ".4f") -> str:
@@ -89,8 +161,17 @@ def render_markdown(r: dict) -> str:
     for i, n in enumerate(names):
         lines.append(f"| {n} | {plan['available_tokens'][i]:,} | [{plan['lo'][i]:.3g}, {plan['hi'][i]:.3g}] | "
                      f"{plan['natural'][i]:.3f} | {plan['uniform'][i]:.3f} | **{pw[n]:.3f}** |")
-    lines += ["", (f"Predicted weighted target metric at the pick: {_fmt(r['pick']['predicted'])}. "
-              f"Ready mix config: `{r['pick']['mix_yaml']}`."), "", "## Fits (leave-one-out over the proxies)", "",
+    lines += ["", f"Predicted weighted target metric at the pick: {_fmt(r['pick']['predicted'])}."]
+    if r["pick"].get("on_bounds"):
+        lines += ["", r["pick"]["on_bounds"]["note"]]
+    if r["pick"]["supported"]:
+        lines += ["", "Supported (every target's fit ranks the proxies beyond chance"
+                      + (", no proof arm measured better" if r.get("verdicts") else ", no proof run")
+                      + f"): ready mix config `{r['pick']['mix_yaml']}`."]
+    else:
+        lines += ["", f"**Not supported**: written as `{r['pick']['mix_yaml']}` to be inspected, not as a mix to "
+                      f"train, because:", "", *(f"- {w}" for w in r["pick"]["not_supported_because"])]
+    lines += ["", "## Fits (leave-one-out over the proxies)", "",
               (f"Fits: log-linear mixing law, separable exponential, separable power law (one shared exponent), "
                f"RegMix-style ridge (cuvee/mixsearch/fit.py). Chosen: among the fits whose LOO Spearman is within "
                f"{_fmt(next(iter(r['fits'].values()), {}).get('spearman_tol'), 'g')} of the best, the lowest LOO "
@@ -98,8 +179,13 @@ def render_markdown(r: dict) -> str:
               "| target | fit | LOO Spearman | LOO RMSE | LOO MAE | chosen |", "|---|---|---|---|---|---|"]
     for t, f in r["fits"].items():
         for k, s in f["fits"].items():
-            lines.append(f"| {t} | {k} | {_fmt(s['loo_spearman'], '.3f')} | {_fmt(s['loo_rmse'], '.4g')} | "
-                         f"{_fmt(s['loo_mae'], '.4g')} | {'yes' if k == f['chosen'] else ''} |")
+            err = ("diverged", "diverged") if s.get("diverged") else (_fmt(s["loo_rmse"], ".4g"), _fmt(s["loo_mae"], ".4g"))
+            lines.append(f"| {t} | {k} | {_fmt(s['loo_spearman'], '.3f')} | {err[0]} | {err[1]} | "
+                         f"{'yes' if k == f['chosen'] else ''} |")
+    if any(s.get("diverged") for f in r["fits"].values() for s in f["fits"].values()):
+        lines += ["", (f"Diverged: the fit's leave-one-out predictions are not finite or their RMSE exceeds "
+                       f"{DIVERGED_SPREAD:g} times the range of the proxies' measured values (a constant guess stays "
+                       f"within one range); such a fit is not chosen unless every fit diverged.")]
     lines += _permutation_lines(r["fits"])
     if r["verdicts"]:
         seeds = cfg["proof"]["seeds"]

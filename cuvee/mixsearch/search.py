@@ -40,6 +40,7 @@ from cuvee.mixsearch.config import (
 from cuvee.mixsearch.fit import fit_of, fit_target, pick
 from cuvee.mixsearch.jobs import Job, SearchError, Submitted, Trainer, write_json
 from cuvee.mixsearch.phases import Placement, run_phase
+from cuvee.mixsearch.progress import seconds, timed
 from cuvee.mixsearch.proxies import steps_for
 from cuvee.mixsearch.transfer import TransferBudgetError, check_budget, select, summarize
 from cuvee.train.verdict import compare
@@ -94,10 +95,27 @@ def plan_mixtures(cfg: SearchConfig, available: list[int]) -> dict:
             "natural": sampling.natural(available, lo, hi).tolist(), "uniform": sampling.uniform(lo, hi).tolist()}
 
 
-def dry_run(path) -> dict:
-    """The plan without tokenizing or training: available tokens estimated from a sample (as ``cuvee mix
-    --dry-run``), mixtures, tokens and steps per proxy, parameters and the training FLOPs of the whole search."""
+LM_ITEM_TOKENS = 256  # dry run: tokens assumed per lm-eval item (items are rendered only when the search runs)
+
+
+def _scored(t, tok) -> tuple[int, int]:
+    """A target's (scored documents, tokens each) as the dry run estimates them: the pool (before
+    decontamination, so at most what is scored), each document's tokens from a sample, cut at max_doc_tokens."""
+    if t.lm_eval:
+        return t.pool, min(t.max_doc_tokens, LM_ITEM_TOKENS)
     from cuvee.mixer.sources import estimate_source, resolve_files
+
+    src = t.as_mix_source()
+    scan, _ = estimate_source(src, resolve_files(src), tok)
+    return min(t.pool, int(scan.kept)), max(1, min(t.max_doc_tokens, round(scan.tokens / max(1, scan.kept))))
+
+
+def dry_run(path, estimate: bool = True) -> dict:
+    """The plan without tokenizing or training: available tokens estimated from a sample (as ``cuvee mix
+    --dry-run``), mixtures, tokens and steps per proxy, parameters, the training FLOPs of the whole search and
+    (``estimate``) its time in seconds, from proxy steps and fits timed on this machine (estimate.py)."""
+    from cuvee.mixer.sources import estimate_source, resolve_files
+    from cuvee.mixsearch import estimate as timing
 
     cfg, train = load_search_config(path)
     tok = _tokenizer(cfg)
@@ -105,23 +123,31 @@ def dry_run(path) -> dict:
     for s in cfg.sources:
         scan, _ = estimate_source(s.as_mix_source(), resolve_files(s.as_mix_source()), tok)
         available.append(int(scan.tokens))
-    for t in cfg.targets:
-        resolve_files(t.as_mix_source())
+    scored = [_scored(t, tok) for t in cfg.targets]
     plan = plan_mixtures(cfg, available)
-    params = _param_count(train, tok.vocab_size)
     arms = 3 + (cfg.proof.current is not None)
-    proxy_tokens = steps_for(train, cfg.proxy.tokens) * train.data.seq_len * train.micro_batch * train.grad_accum
-    proof_tokens = steps_for(train, cfg.proof_tokens) * train.data.seq_len * train.micro_batch * train.grad_accum
+    proxy_tokens = _trained_tokens(train, cfg.proxy.tokens)
+    proof_tokens = _trained_tokens(train, cfg.proof_tokens)
     transfer_tokens = _trained_tokens(train, cfg.transfer.tokens) if cfg.transfer else 0
     transfer_runs = cfg.transfer.top_k + cfg.transfer.bottom_k if cfg.transfer else 0
-    total = cfg.mixtures * proxy_tokens + (arms * len(cfg.proof.seeds) * proof_tokens if cfg.proof.enabled else 0) \
-        + transfer_runs * transfer_tokens
-    return {**plan, "name": cfg.name, "dry_run": True, "available_estimated": True,
-            "output_dir": str(cfg.resolved_out_dir()), "proxy_steps": steps_for(train, cfg.proxy.tokens),
-            "proxy_tokens": proxy_tokens, "proof_runs": arms * len(cfg.proof.seeds) if cfg.proof.enabled else 0,
-            "proof_tokens": proof_tokens, "transfer_runs": transfer_runs, "transfer_tokens": transfer_tokens,
-            "params": params, "total_train_tokens": total,
-            "train_flops": 6.0 * params * total}
+    proof_runs = arms * len(cfg.proof.seeds) if cfg.proof.enabled else 0
+    total = cfg.mixtures * proxy_tokens + proof_runs * proof_tokens + transfer_runs * transfer_tokens
+    seconds = None
+    if estimate:  # first: its warm-up run pays the start-up a search's first job pays (building a model does)
+        jobs = {"proxies": (cfg.mixtures, cfg.proxy.tokens), "proof": (proof_runs, cfg.proof_tokens),
+                "transfer": (transfer_runs, cfg.transfer.tokens if cfg.transfer else 0)}
+        seconds = timing.seconds(train, shard_tokenizer(tok), len(cfg.sources), scored, cfg.threads or 0,
+                                 np.asarray(plan["mixtures"]), jobs)
+    params = _param_count(train, tok.vocab_size)
+    out = {**plan, "name": cfg.name, "dry_run": True, "available_estimated": True,
+           "output_dir": str(cfg.resolved_out_dir()), "proxy_steps": steps_for(train, cfg.proxy.tokens),
+           "proxy_tokens": proxy_tokens, "proof_runs": proof_runs, "proof_tokens": proof_tokens,
+           "transfer_runs": transfer_runs, "transfer_tokens": transfer_tokens, "params": params,
+           "total_train_tokens": total, "train_flops": 6.0 * params * total,
+           "targets_scored": {t.name: {"documents": d, "tokens_each": e} for t, (d, e) in zip(cfg.targets, scored)}}
+    if seconds is not None:
+        out["seconds"] = seconds
+    return out
 
 
 def _trained_tokens(train, tokens: int) -> int:
@@ -254,7 +280,15 @@ def run_search(path, out_dir: str | Path | None = None, fresh: bool = False, say
     ``placement``: where the jobs train (here by default; local workers or a SLURM array); raises
     :class:`Submitted` after submitting an array without waiting."""
     from cuvee.mixsearch import slurm
-    from cuvee.mixsearch.report import chosen_by, write_pick_yaml, write_report
+    from cuvee.mixsearch.report import (
+        NOT_SUPPORTED,
+        PICK,
+        chosen_by,
+        on_bounds,
+        unsupported_because,
+        write_pick_yaml,
+        write_report,
+    )
 
     placement = placement or Placement()
     cfg, train = load_search_config(path)
@@ -293,7 +327,8 @@ def run_search(path, out_dir: str | Path | None = None, fresh: bool = False, say
             Job("proxies", f"p{i:03d}", tuple(w), cfg.seed, cfg.proxy.tokens, _trained_tokens(train, cfg.proxy.tokens),
                 f"proxy {i + 1}/{n}") for i, w in enumerate(plan["mixtures"])])
         w = np.asarray(plan["mixtures"])
-        fits = {t.name: fit_target(w, np.array([p["targets"][t.name]["value"] for p in proxies])) for t in cfg.targets}
+        fits = {t.name: fit_target(w, np.array([p["targets"][t.name]["value"] for p in proxies]), say=say, name=t.name)
+                for t in cfg.targets}
         warnings = _weak_fits(fits)
         for line in warnings:
             say(f"[search] warning: {line}")
@@ -302,7 +337,8 @@ def run_search(path, out_dir: str | Path | None = None, fresh: bool = False, say
         starts = np.vstack([w[order[:3]], [plan["natural"], plan["uniform"]]])
         picked, predicted = pick({n: fit_of(f) for n, f in fits.items()}, {t.name: t.weight for t in cfg.targets},
                                  lo, hi, starts)
-        pick_path = write_pick_yaml(cfg, plan["sources"], picked, out)  # usable now; chosen_by once proven
+        say(f"[search] fitted pick: {', '.join(f'{n} {x:.3f}' for n, x in zip(plan['sources'], picked))} "
+            f"(predicted weighted metric {predicted:.4f})")
         proof = {}
         if cfg.proof.enabled:
             arms = _arms(cfg, plan, picked)
@@ -325,16 +361,21 @@ def run_search(path, out_dir: str | Path | None = None, fresh: bool = False, say
         report = {"name": cfg.name, "config": cfg.model_dump(mode="json"), "plan": plan, "proxies": [
                       {k: v for k, v in p.items()} | {"targets": {n: {k: x for k, x in r.items() if not k.startswith("doc_")}
                                                       for n, r in p["targets"].items()}} for p in proxies],
-                  "fits": fits, "pick": {"weights": dict(zip(plan["sources"], picked.tolist())),
-                                         "predicted": predicted, "mix_yaml": str(pick_path)},
+                  "fits": fits, "pick": {"weights": dict(zip(plan["sources"], picked.tolist())), "predicted": predicted,
+                                         "on_bounds": on_bounds(plan["sources"], picked, lo, hi, fits)},
                   "decontamination": decontam, "verdicts": verdicts, "transfer": transfer, "warnings": warnings,
                   "proof": {arm: {str(s): {k: v for k, v in r.items() if k != "targets"} | {
                       "targets": {n: x["value"] for n, x in r["targets"].items()}} for s, r in runs.items()}
                       for arm, runs in proof.items()}}
-        write_report(out, report)
+        why = unsupported_because(report)
+        report["pick"].update({"supported": not why, "not_supported_because": why,
+                               "mix_yaml": str(out / (NOT_SUPPORTED if why else PICK))})
+        with timed(say, "writing report.md, report.json and the figures"):
+            write_report(out, report)
         write_pick_yaml(cfg, plan["sources"], picked, out, chosen_by(report, out))
-    say(f"[search] done in {time.perf_counter() - t0:.1f} s this session")
-    say(f"[search] pick: {', '.join(f'{n} {x:.3f}' for n, x in zip(plan['sources'], picked))} -> {pick_path}")
+    if report["pick"]["on_bounds"]:
+        say(f"[search] {report['pick']['on_bounds']['note']}")
+    say(f"[search] done in {seconds(time.perf_counter() - t0)} this session")
     return report
 
 
