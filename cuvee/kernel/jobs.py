@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cuvee.kernel.atomic import write_json
-from cuvee.kernel.workdir import FolderError, FolderLock
+from cuvee.kernel.workdir import FolderBusy, FolderLock
 
 
 def read_record(path: Path, matches: Callable[[dict], bool], mismatch: Callable[[], Exception]) -> dict | None:
@@ -47,7 +47,7 @@ def run_once(record: Path, lock_dir: Path, lock_name: str, work: Callable[[], di
         try:
             lock.acquire()
             break
-        except FolderError:
+        except FolderBusy:  # a lock that cannot be made at all is an error, never waited for
             if not wait:
                 return None
             if not told and on_wait is not None:

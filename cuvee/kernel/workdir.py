@@ -44,6 +44,10 @@ class FolderError(UserError, RuntimeError):
     """A folder cuvee must not use as asked; the message says why and what to do instead."""
 
 
+class FolderBusy(FolderError):
+    """The lock is held by another process (as opposed to a lock file that cannot be made at all)."""
+
+
 def _version() -> str:
     from cuvee import __version__
 
@@ -200,7 +204,7 @@ class FolderLock:
             except OSError:
                 pass
             os.close(fd)
-            raise FolderError(f"{self.what} {self.folder} is in use by another cuvee process"
+            raise FolderBusy(f"{self.what} {self.folder} is in use by another cuvee process"
                               + (f" ({holder})" if holder else "")
                               + "; wait for it to finish, or use another folder") from None
         os.ftruncate(fd, 0)
