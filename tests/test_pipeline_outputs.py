@@ -80,8 +80,10 @@ def test_readers_get_the_mapping_back(run):
     assert set(ours) == set(theirs) == set(planned)
     for i, m in ours.items():
         assert m["language"] == theirs[i]["language"] and "url" in m
-        # nulls of absent keys dropped, nothing else lost (datatrove's reader adds the file path)
-        assert {k: v for k, v in planned[i].items() if k != "file_path"} == m
+        # nulls of absent keys dropped, nothing else lost (datatrove's reader adds the file path, cuvee's where
+        # it read the row)
+        assert {k: v for k, v in planned[i].items() if k not in ("file_path", "input_file", "input_row")} == m
+        assert planned[i]["input_file"] == planned[i]["file_path"] and planned[i]["input_row"] >= 0
         assert None not in m.values()
 
 
@@ -102,7 +104,8 @@ def test_old_json_string_metadata_and_jsonl_still_read(tmp_path):
     pq.write_table(old, tmp_path / "old.parquet")
     assert next(iter_documents(str(tmp_path / "old.parquet"))).metadata == {"language": "en", "x": 1}
     back = next(PlannedParquetReader(str(tmp_path)).run()).metadata
-    assert {k: v for k, v in back.items() if k != "file_path"} == {"language": "en", "x": 1}
+    assert {k: v for k, v in back.items() if k not in ("file_path", "input_file")} == {"language": "en", "x": 1,
+                                                                                       "input_row": 0}
 
 
 def test_jsonl_output_keeps_a_mapping(tmp_path):
