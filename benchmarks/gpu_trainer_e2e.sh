@@ -59,17 +59,17 @@ scorer)  # the transformer quality scorer's docs/s (BERT-base, random weights) a
   step scorer 90 $PY benchmarks/bench_hf_classifier.py --device cuda --tokenizer out/gpu_tok \
     --texts-jsonl data/curated/wcxb_dev_main_content.jsonl.gz --base-docs 1000 --batch-size 128 --runs 3 ;;
 train1b)  # padded vocabulary (the default); steps 4-12 give two intervals after compilation
-  step train1b 150 $PY -m cuvee.cli train configs/train/1b.yaml --no-resume --set steps=12 \
+  step train1b 150 $PY -m cuvee.cli train configs/train/1b.yaml --fresh --set steps=12 \
     --set "data.paths=[out/mix/gpu_train]" --set optim.warmup_steps=3 --set ckpt_every=1000 --set log_every=4 ;;
 train125m)  # vocabulary padded to a multiple of 128 (the default); its last checkpoint starts the anneal
-  step train125m 110 $PY -m cuvee.cli train configs/train/125m.yaml --no-resume --set steps=${STEPS_125M:-300} \
+  step train125m 110 $PY -m cuvee.cli train configs/train/125m.yaml --fresh --set steps=${STEPS_125M:-300} \
     --set "data.paths=[out/mix/gpu_train]" --set optim.warmup_steps=30 --set ckpt_every=100 --set log_every=20 ;;
 train125m_unpadded)
-  step train125m_unpadded 80 $PY -m cuvee.cli train configs/train/125m.yaml --no-resume --set steps=100 \
+  step train125m_unpadded 80 $PY -m cuvee.cli train configs/train/125m.yaml --fresh --set steps=100 \
     --set "data.paths=[out/mix/gpu_train]" --set optim.warmup_steps=30 --set ckpt_every=1000 --set log_every=20 \
     --set vocab_multiple=1 --set out_dir=runs/train/125m_unpadded ;;
 anneal125m)
-  step anneal125m ${ANNEAL_LIMIT:-170} $PY -m cuvee.cli anneal --checkpoint runs/train/125m --no-resume \
+  step anneal125m ${ANNEAL_LIMIT:-170} $PY -m cuvee.cli anneal --checkpoint runs/train/125m --fresh \
     --candidate out/mix/anneal_split_70_30 --control out/mix/anneal_split_control --tokens 2000000 --seeds 0,1 \
     --eval curated=out/mix/anneal_heldout_curated --average-last 3 --out runs/anneal/gpu_e2e ;;
 *) echo "unknown part $part" >&2; exit 2 ;;
