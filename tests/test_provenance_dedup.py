@@ -95,7 +95,7 @@ def test_line_clusters_count_the_documents_sharing_a_removed_line(tmp_path):
         m = kept[f"d{i}"].metadata
         removed = (i < 7) + (i in (0, 2, 4, 6, 8, 1, 3, 9, 10))
         assert m["line_lines_removed"] == removed
-        assert m.get("line_cluster_size") == (None if not removed else 10 if i in (0, 2, 4, 6, 8, 1, 3, 9, 10) else 8)
+        assert m["line_cluster_size"] == (1 if not removed else 10 if i in (0, 2, 4, 6, 8, 1, 3, 9, 10) else 8)
         assert kept[f"d{i}"].text.endswith(rare) == (i < 3)
     assert excluded["only"]["line_lines_removed"] == 2 and excluded["only"]["line_cluster_size"] == 10
     assert excluded["only"]["filter_reason"] == "empty_after_line_dedup"

@@ -17,10 +17,10 @@ barrier would remove too; with ``count_per_document: false``, once it occurred k
 compiled in-memory table (:mod:`cuvee.dedup.line_counts`). It reads the input once and writes no line-hash
 files; memory grows with the distinct lines of a bucket.
 
-Provenance: every document the filter sees gets ``line_lines_removed`` (0 when none), and, when lines were removed
-by the barrier, ``line_cluster_size``: the largest count among its removed lines (documents of its bucket holding
-the line, or its occurrences without ``count_per_document``), the size of the largest line cluster it was cut
-from. A line removed from every copy has no keeper. ``one_pass`` decides on counts so far, not a cluster's size:
+Provenance: every document the filter sees gets ``line_lines_removed`` (0 when none) and, from the barrier,
+``line_cluster_size``: the largest count among its removed lines (documents of its bucket holding the line, or its
+occurrences without ``count_per_document``), the size of the largest line cluster it was cut from; 1 when no line
+was removed, as a document alone in the other dedups' clusters. A line removed from every copy has no keeper. ``one_pass`` decides on counts so far, not a cluster's size:
 it writes ``line_lines_removed`` only.
 """
 
@@ -280,7 +280,7 @@ class LineDedupFilter(BaseFilter):
             self._look_up_chunk(pos)
         i = pos - self._chunk_start
         if not self._chunk_hits[i]:
-            doc.metadata[REMOVED_KEY] = 0
+            doc.metadata[REMOVED_KEY], doc.metadata[CLUSTER_KEY] = 0, 1
             return True, 0, 0
         doc.metadata[REMOVED_KEY], doc.metadata[CLUSTER_KEY] = self._chunk_hits[i], self._chunk_sizes[i]
         keep = self._chunk_keep[self._chunk_lines[i]:self._chunk_lines[i + 1]]
