@@ -213,7 +213,7 @@ def fit_target(w: np.ndarray, y: np.ndarray, permutations: int | None = None, se
     b = PERMUTATIONS if permutations is None else permutations
     n = len(y)
     with timed(say, f"fitting {name}: {len(FITS)} families x {n + 1} fits ({n} leave-one-out and the full one)",
-               total=len(FITS) * (n + 1)) as ticker:
+               total=len(FITS) * (n + 1), label=f"fitting {name}") as ticker:
         scores = {k: loo(k, w, y, ticker.step) for k in FITS}
         for k in FITS:
             scores[k]["params"] = list(FITTERS[k](w, y).params)

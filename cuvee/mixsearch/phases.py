@@ -105,7 +105,7 @@ def run_phase(out: Path, phase: str, jobs: list[Job], trainer, placement: Placem
         return recs
     what = f"{phase}: {len(missing)} of {len(jobs)} job(s) to train"
     if placement.slurm is None and not placement.local_pool:
-        with timed(say, what, total=len(missing)) as ticker:
+        with timed(say, what, total=len(missing), label=phase) as ticker:
             out_recs = []
             for j, rec in zip(jobs, recs):
                 out_recs.append(rec if rec is not None else train_job(out, j, trainer, say))
@@ -122,7 +122,7 @@ def run_phase(out: Path, phase: str, jobs: list[Job], trainer, placement: Placem
         if missing:
             raise SearchError(slurm.failure_line(out, phase, jobs, missing))
         return recs
-    with timed(say, what, total=len(missing)) as ticker:
+    with timed(say, what, total=len(missing), label=phase) as ticker:
         failures = _local_pool(out, phase, placement, argv, threads, say, ticker,
                                lambda: sum(j.record_path(out).exists() for j in missing))
     recs, missing = _collect(out, jobs)

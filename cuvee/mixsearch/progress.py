@@ -42,11 +42,12 @@ class Ticker:
 
 
 @contextmanager
-def timed(say, what: str, total: int | None = None, every_s: float = EVERY_S, clock=time.perf_counter):
+def timed(say, what: str, total: int | None = None, every_s: float = EVERY_S, clock=time.perf_counter,
+          label: str | None = None):
     """``[search] <what> ...`` now and ``[search] <what>: done in <time>`` at the end; with ``total``, the block
-    gets a :class:`Ticker` for its loop."""
+    gets a :class:`Ticker` for its loop, whose lines start with ``label`` (default: ``what``)."""
     say(f"[search] {what} ...")
     t0 = clock()
-    ticker = Ticker(say, what, total, every_s, clock) if total else None
+    ticker = Ticker(say, label or what, total, every_s, clock) if total else None
     yield ticker
     say(f"[search] {what}: done in {seconds(clock() - t0)}")
