@@ -139,8 +139,12 @@ class DropListed(BaseFilter):
         files = sorted(self.folder.glob(self.drops_glob.format(rank=f"{rank:05d}")))
         # sorted positions, bisected per batch
         self._drops = np.unique(np.concatenate([load_array(f, np.uint64) for f in files])) if files else self._drops
-        if self.clusters_glob:
+        if self.clusters_glob:  # one cluster file beside each drop list (a work folder from before them: none)
             found = sorted(self.folder.glob(self.clusters_glob.format(rank=f"{rank:05d}")))
+            if len(found) != len(files):
+                raise FileNotFoundError(f"{self.name}: {len(found)} cluster record files for {len(files)} drop lists "
+                                        f"under {self.folder} (phase not finished, or a work folder written before "
+                                        "cluster records: rerun with --fresh)")
             self._clusters = ClusterLookup(self.folder, found, self.kind)
         if self.exclusion_writer:
             yield from super().run(data, rank, world_size)
