@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from _dedup_helpers import quiet
 from cuvee.cli import main
-from cuvee.folders import MARKER, PLAN, locked
+from cuvee.kernel.workdir import MARKER, PLAN, locked
 
 
 def _write(path: Path, texts: list[str]) -> Path:

@@ -20,7 +20,7 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 from warcio.warcwriter import WARCWriter
 
-from cuvee.folders import FolderError
+from cuvee.kernel.workdir import FolderError
 from cuvee.pipeline.crawl import CommonCrawlInput, ListingError, expand, sample_indices
 from cuvee.pipeline.io import iter_documents
 from cuvee.pipeline.recipe import RecipeError, parse_recipe

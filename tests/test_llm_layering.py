@@ -7,7 +7,7 @@ from pathlib import Path
 from test_layering import imported_modules
 
 ROOT = Path(__file__).resolve().parents[1] / "cuvee"
-ALLOWED_FOR_LLM = ("cuvee.llm", "cuvee.kernel", "cuvee.pipeline", "cuvee.hf_loading", "cuvee.folders", "cuvee.yaml_safe")
+ALLOWED_FOR_LLM = ("cuvee.llm", "cuvee.kernel", "cuvee.pipeline", "cuvee.hf_loading", "cuvee.yaml_safe")
 
 
 def _outside(path: Path, allowed: tuple[str, ...]) -> list[str]:

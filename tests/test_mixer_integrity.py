@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 import cuvee.mixer.mix as mixmod
 from cuvee.cli import main
-from cuvee.folders import LOCK, MARKER, PLAN, FolderError, FolderLock, claim
+from cuvee.kernel.workdir import LOCK, MARKER, PLAN, FolderError, FolderLock, claim
 from cuvee.mixer import run_mix
 from cuvee.mixer.config import MixConfigError
 from cuvee.mixer.mix import EpochBudgetError
@@ -160,7 +160,8 @@ def test_fresh_replaces_only_the_mixers_own_files(srcs, tmp_path):
     (out / "README.txt").write_text("a note someone left in the mix folder")
     m2 = run_mix(_cfg(srcs, name="other", shard_tokens=10**6), out_dir=out, fresh=True)
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted([MARKER, LOCK, PLAN, "README.txt", "manifest.json", "other_00000.bin", "other_00000.idx"])
+    assert names == sorted([MARKER, LOCK, PLAN, "README.txt", "manifest.json", "other_00000.bin", "other_00000.idx",
+                            "other_00000.docs", "other.documents", "other.ids"])  # the index of the new mix only
     assert json.loads((out / "manifest.json").read_text())["mix_sha256"] == m2["mix_sha256"] != m1["mix_sha256"]
 
 
@@ -325,7 +326,8 @@ def test_no_compressed_or_timestamped_output(srcs, tmp_path):
     out = tmp_path / "o"
     m = run_mix(_cfg(srcs), out_dir=out, keep_cache=True)
     suffixes = {p.suffix for p in out.rglob("*") if p.is_file()}
-    assert suffixes <= {".bin", ".idx", ".json", ".lock"}, suffixes  # nothing gzip-compressed
+    # nothing gzip-compressed: shards, their per-document index (.docs, .documents, .ids) and JSON
+    assert suffixes <= {".bin", ".idx", ".docs", ".documents", ".ids", ".json", ".lock"}, suffixes
     text = (out / "manifest.json").read_text()
     assert "created" not in text and "timing" not in text
     assert m["shards"]

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cuvee.folders import PLAN, FolderError
+from cuvee.kernel.workdir import PLAN, FolderError
 from cuvee.mixer import run_mix
 from cuvee.mixer.cli import format_plan
 from cuvee.mixer.cli import mix as mix_cmd

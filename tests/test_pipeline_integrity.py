@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from cuvee.cli import main
-from cuvee.folders import MARKER, PLAN, FolderError, FolderLock
+from cuvee.kernel.workdir import MARKER, PLAN, FolderError, FolderLock
 from cuvee.pipeline.io import iter_documents
 from cuvee.pipeline.runner import restat, run_recipe
 from cuvee.pipeline.stats import AccountingError, check_accounting, collect_stats

@@ -41,7 +41,7 @@ def test_slurm_run_with_stats_and_accounting(cluster, tmp_path):
 
 def test_rerun_while_submitted_jobs_are_queued_is_refused(cluster, tmp_path):
     """After `cuvee run --no-wait`, a rerun must not resubmit tasks that SLURM is still running."""
-    from cuvee.folders import FolderError
+    from cuvee.kernel.workdir import FolderError
     from cuvee.pipeline.compiler import compile_recipe
     from cuvee.pipeline.recipe import load_recipe
     from cuvee.pipeline.runner import wait_for_jobs

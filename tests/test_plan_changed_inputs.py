@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from cuvee.cli import main
-from cuvee.folders import FolderError
+from cuvee.kernel.workdir import FolderError
 from cuvee.pipeline.runner import run_recipe
 
 

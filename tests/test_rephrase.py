@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from cuvee.classifiers.llm_server import serve
 from cuvee.cli import main as cuvee_main
-from cuvee.folders import PLAN
+from cuvee.kernel.workdir import PLAN
 from cuvee.rephrase.checks import Checks
 from cuvee.rephrase.chunks import TokenCounter, split_document
 from cuvee.rephrase.cli import load_style

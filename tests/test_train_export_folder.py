@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from cuvee.folders import PLAN, FolderError
+from cuvee.kernel.workdir import PLAN, FolderError
 from cuvee.train.checkpoint import checkpoint_identity, list_checkpoints
 from cuvee.train.cli import train as train_cli
 from cuvee.train.config import TrainConfig

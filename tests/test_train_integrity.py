@@ -8,7 +8,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from cuvee.folders import PLAN, FolderError, FolderLock
+from cuvee.kernel.workdir import PLAN, FolderError, FolderLock
 from cuvee.train.anneal import AnnealConfig, run_anneal
 from cuvee.train.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from cuvee.train.cli import train as train_cli
@@ -132,7 +132,7 @@ def test_shard_rewritten_at_the_same_size_stops_the_resume_but_a_moved_mix_resum
     it, after a kill and after a finished run; a copy of the mix elsewhere (new paths and mtimes) resumes."""
     import shutil
 
-    from cuvee.folders import fingerprint
+    from cuvee.kernel.workdir import fingerprint
 
     mix = tmp_path / "mix"
     shutil.copytree(data / "a", mix)

@@ -92,12 +92,8 @@ def mix_search(config, out_dir, dry_run, no_estimate, fresh, as_json, workers, d
     here, in --workers K local processes (--devices 0,1,..), or as SLURM arrays (--slurm)."""
     import json
 
-    from cuvee.folders import FolderError
-    from cuvee.mixer.config import MixConfigError
-    from cuvee.mixsearch.caches import EmptyTargetError
-    from cuvee.mixsearch.config import SearchConfigError
     from cuvee.mixsearch.report import pick_line
-    from cuvee.mixsearch.search import SearchError, Submitted, run_search
+    from cuvee.mixsearch.search import Submitted, run_search
     from cuvee.mixsearch.search import dry_run as plan
 
     try:
@@ -117,8 +113,6 @@ def mix_search(config, out_dir, dry_run, no_estimate, fresh, as_json, workers, d
     except Submitted as e:
         click.echo(str(e))
         return
-    except (SearchConfigError, SearchError, MixConfigError, FolderError, EmptyTargetError) as e:
-        raise click.ClickException(str(e)) from None
     if as_json:
         from cuvee.train.strict_json import dumps
 

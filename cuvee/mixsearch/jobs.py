@@ -26,15 +26,14 @@ workers resumes with one, with the same records.
 from __future__ import annotations
 
 import json
-import os
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from cuvee.folders import FolderError, FolderLock, atomic_write_text
+from cuvee.kernel import atomic
 from cuvee.kernel.errors import UserError
+from cuvee.kernel.jobs import append_event, read_record, run_once
 
 LOCKS = "locks"
 JOBS = "jobs"
@@ -77,66 +76,46 @@ class Job:
 
 def write_json(path: Path, data) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
+    atomic.write_json(path, data)
 
 
 def event(out: Path, record: dict) -> None:
     """One line in ``events.jsonl``, written with a single append (workers log concurrently)."""
-    line = (json.dumps({**record, "time": time.time(), "by": f"{os.getpid()}@{os.uname().nodename}"}) + "\n").encode()
-    fd = os.open(Path(out) / "events.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+    append_event(Path(out) / "events.jsonl", record)
+
+
+def _mismatch(out: Path, job: Job) -> SearchError:
+    return SearchError(f"{job.record_path(out)} records another job than the plan's ({job.label}); the search folder "
+                       f"does not match its plan: use --fresh or another output folder")
+
+
+def _matches(job: Job):
+    return lambda rec: (np.allclose(rec["weights"], job.weights, atol=1e-12) and rec["seed"] == job.seed
+                        and rec["tokens"] == job.trained)
 
 
 def recorded(out: Path, job: Job) -> dict | None:
     """The job's record when it holds this very job (weights, seed, tokens trained); None without a record."""
-    path = job.record_path(out)
-    if not path.exists():
-        return None
-    try:
-        rec = json.loads(path.read_text())
-        if np.allclose(rec["weights"], job.weights, atol=1e-12) and rec["seed"] == job.seed \
-                and rec["tokens"] == job.trained:
-            return rec
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    raise SearchError(f"{path} records another job than the plan's ({job.label}); the search folder does not "
-                      f"match its plan: use --fresh or another output folder")
+    return read_record(job.record_path(out), _matches(job), lambda: _mismatch(out, job))
 
 
 def train_job(out: Path, job: Job, trainer, say=print, wait: bool = True) -> dict | None:
-    """The job's record, training it first when no process has; None when another process holds the job and
-    ``wait`` is False (a worker then goes on to the next job)."""
-    rec = recorded(out, job)
-    if rec is not None:
-        return rec
-    (Path(out) / LOCKS).mkdir(exist_ok=True)
-    lock = FolderLock(Path(out) / LOCKS, what=f"job {job.stem}", lock_name=job.lock_name)
-    told = False
-    while True:
-        try:
-            lock.acquire()
-            break
-        except FolderError:
-            if not wait:
-                return None
-            if not told:
-                say(f"[search] {job.label}: another process is training it; waiting for its record")
-                told = True
-            time.sleep(1.0)
-    try:
-        rec = recorded(out, job)
-        if rec is not None:
-            return rec
+    """The job's record, training it first when no process has (the kernel's one job record + lock); None when
+    another process holds the job and ``wait`` is False (a worker then goes on to the next job)."""
+    trained = []
+
+    def work() -> dict:
         say(f"[search] {job.label}: weights {', '.join(f'{x:.3f}' for x in job.weights)}")
-        rec = trainer(job)
-        write_json(job.record_path(out), rec)
+        trained.append(trainer(job))
+        return trained[0]
+
+    rec = run_once(job.record_path(out), Path(out) / LOCKS, f"{job.phase}-{job.stem}", work, matches=_matches(job),
+                   mismatch=lambda: _mismatch(out, job), wait=wait,
+                   on_wait=lambda: say(f"[search] {job.label}: another process is training it; waiting for its "
+                                       f"record"))
+    if trained:  # logged once the record is in place: "nothing trained twice" is checked on these lines
         event(out, {"event": "trained", "job": job.stem, "wall_s": rec["wall_s"], "cpu_s": rec["cpu_s"]})
-        return rec
-    finally:
-        lock.release()
+    return rec
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ Everything is drawn from the report dict, so a resumed search draws the same fig
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
+from cuvee.kernel.atomic import replacing
 from cuvee.mixsearch.fit import fit_of
 from cuvee.mixsearch.sampling import project
 
@@ -26,11 +26,10 @@ TOP = 8  # best proxies shown in top_weights.png
 def _save(fig, out: Path, name: str) -> str:
     import matplotlib.pyplot as plt
 
-    tmp = out / f".{name}.{os.getpid()}.tmp"
     fig.tight_layout()
-    fig.savefig(tmp, format="png", dpi=90, metadata={"Software": None})
+    with replacing(out / name) as tmp:
+        fig.savefig(tmp, format="png", dpi=90, metadata={"Software": None})
     plt.close(fig)
-    os.replace(tmp, out / name)
     return name
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from cuvee.folders import atomic_write_text
+from cuvee.kernel.atomic import write_text as atomic_write_text
 from cuvee.mixsearch.fit import DIVERGED_SPREAD
 from cuvee.train.strict_json import dumps as strict_dumps
 from cuvee.train.verdict import WORSE

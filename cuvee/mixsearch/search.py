@@ -1,6 +1,6 @@
 """``run_search``: SEARCH.yaml -> token caches -> N proxies -> fits -> pick (a mix YAML) -> proof -> report.
 
-The search folder (``output_dir``) is a cuvee ``search`` folder (cuvee/folders.py): claimed, locked for the
+The search folder (``output_dir``) is a cuvee ``search`` folder (the kernel's workdir): claimed, locked for the
 whole search and bound, before any work, to everything that decides its content (the resolved config, the
 proxy's train config, the tokenizer and the source and target files). Each proxy and each proof run is a
 job whose record (``proxies/pNNN.json``, ``proof/<arm>_seed<S>.json``) is written atomically when it ends; a
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cuvee.folders import FolderError, bind, bind_check, claim, clean_stale_tmp, empty_owned, locked
+from cuvee.kernel.stamps import stamps
+from cuvee.kernel.workdir import FolderError, Workdir, bind_check, owned
 from cuvee.mixer.tokenizers import load_tokenizer
 from cuvee.mixsearch import sampling
 from cuvee.mixsearch.caches import (
@@ -46,6 +47,7 @@ from cuvee.mixsearch.transfer import TransferBudgetError, check_budget, select, 
 from cuvee.train.verdict import compare
 
 WHAT = "search folder"
+SEARCH_FOLDER = Workdir("search", WHAT)
 
 
 def _tokenizer(cfg: SearchConfig):
@@ -55,11 +57,15 @@ def _tokenizer(cfg: SearchConfig):
         raise SearchConfigError(f"search '{cfg.name}': cannot load tokenizer: {' '.join(str(e).split())}") from None
 
 
-def _files(text_set) -> list[dict]:
+def _files(text_set) -> list[str]:
     from cuvee.mixer.sources import resolve_files
 
-    return [{"path": os.path.abspath(f), "bytes": os.path.getsize(f)}
-            for f in resolve_files(text_set.as_mix_source())]
+    return [os.path.abspath(f) for f in resolve_files(text_set.as_mix_source())]
+
+
+def _inputs(binding: dict) -> dict[str, dict]:
+    """The stamps of every source, target and task file the binding names: the kernel's changed-input check."""
+    return stamps(f for files in binding["files"].values() for f in files)
 
 
 def _binding(cfg: SearchConfig, train, tokenizer) -> dict:
@@ -247,7 +253,8 @@ def worker_trainer(path, out: Path, threads: int | None = None) -> tuple[str, Tr
     file is refused) and against its recorded plan, and the trainer; nothing is tokenized or written here."""
     cfg, train = load_search_config(path)
     tok = _tokenizer(cfg)
-    fingerprint = bind_check(out, _binding(cfg, train, tok), what=WHAT)["fingerprint"]
+    binding = _binding(cfg, train, tok)
+    fingerprint = bind_check(out, binding, what=WHAT, inputs=_inputs(binding))["fingerprint"]
     if not (out / "plan.json").exists() or not (out / CACHE / "decontamination.json").exists():
         raise SearchError(f"{WHAT} {out} is not prepared (no plan.json or decontamination report): start it with "
                           f"`cuvee mix search`")
@@ -295,14 +302,11 @@ def run_search(path, out_dir: str | Path | None = None, fresh: bool = False, say
     tok = _tokenizer(cfg)
     binding = _binding(cfg, train, tok)  # resolves every source and target path: a missing one fails now
     out = Path(out_dir) if out_dir else cfg.resolved_out_dir()
-    claim(out, "search", what=WHAT)
-    with locked(out, WHAT):
-        if fresh:
-            slurm.refuse_if_running(out, "--fresh would delete the files its tasks write")
-            empty_owned(out, "search", what=WHAT)
-        fingerprint = bind(out, binding, what=WHAT, fresh_hint="--fresh")["fingerprint"]
-        slurm.wait_for_earlier(out, placement.wait, say)  # before the stale-file sweep: its tasks write there
-        clean_stale_tmp(out)
+    refuse_fresh = (lambda f: slurm.refuse_if_running(f, "--fresh would delete the files its tasks write")) \
+        if fresh else None
+    with owned(out, SEARCH_FOLDER, binding, fresh=fresh, inputs=_inputs(binding), before_fresh=refuse_fresh,
+               before_sweep=lambda f: slurm.wait_for_earlier(f, placement.wait, say)) as opened:
+        fingerprint = opened.plan["fingerprint"]  # the sweep came after waiting: an array's tasks write there
         t0 = time.perf_counter()
         metas = [tokenize_once(s, tok, out, s.max_epochs, say) for s in cfg.sources]
         for t in cfg.targets:

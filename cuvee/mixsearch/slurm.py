@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cuvee.kernel import slurm
 from cuvee.mixsearch.jobs import Job, SearchError, Submitted, code_path, write_json
 
 SLURM = "slurm"
@@ -78,51 +79,25 @@ def _submitted(out: Path) -> list[dict]:
         return []
 
 
-def _alive(ids: list[str]) -> list[str]:
-    """The ids among ``ids`` still pending, running or completing; SearchError when SLURM cannot be asked."""
-    if not ids:
-        return []
-    try:
-        r = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(ids)], capture_output=True, text=True,
-                           timeout=60)
-    except (OSError, subprocess.SubprocessError) as e:
-        raise SearchError(f"cannot ask SLURM whether job(s) {', '.join(ids)} still run: {e}") from None
-    if r.returncode != 0:
-        if "invalid job id" in r.stderr.lower():  # every one of them finished and was purged
-            return []
-        raise SearchError(f"cannot ask SLURM whether job(s) {', '.join(ids)} still run: squeue: "
-                          f"{' '.join(r.stderr.split())[:300]}")
-    return sorted({line.strip().split("_")[0] for line in r.stdout.splitlines() if line.strip()})
-
-
 def _ids(out: Path) -> list[str]:
     return [str(a["job_id"]) for a in _submitted(out)]
 
 
 def refuse_if_running(out: Path, why: str) -> None:
     """Refuse while an array submitted from this folder is queued or running (when SLURM can be asked)."""
-    if not shutil.which("squeue") or not _ids(out):
-        return
-    alive = _alive(_ids(out))
+    alive = slurm.alive(_ids(out))
     if alive:
         raise SearchError(f"search folder {out}: SLURM job(s) {', '.join(alive)} submitted by an earlier run are "
                           f"still queued or running ({why}); wait for them or cancel them with scancel")
 
 
-def _wait(ids: list[str], poll_s: float) -> None:
-    while _alive(ids):
-        time.sleep(poll_s)
-
-
 def wait_for_earlier(out: Path, wait: bool, say, poll_s: float = 2.0) -> None:
     """Before a rerun goes on: wait for the arrays an earlier run submitted (refused with ``--no-wait``)."""
-    if not _ids(out):
-        return
-    if not shutil.which("squeue"):
+    alive = slurm.alive(_ids(out))
+    if alive is None:
         say(f"[search] warning: {out} records SLURM job(s) {', '.join(_ids(out))} but squeue is not here; jobs "
             f"they may still train are protected by their locks")
         return
-    alive = _alive(_ids(out))
     if not alive:
         return
     if not wait:
@@ -131,7 +106,7 @@ def wait_for_earlier(out: Path, wait: bool, say, poll_s: float = 2.0) -> None:
                           f"for them, or cancel them with scancel")
     say(f"[search] SLURM job(s) {', '.join(alive)} submitted by an earlier run are still queued or running: "
         f"waiting for them (nothing is submitted twice)")
-    _wait(alive, poll_s)
+    slurm.wait_until_done(alive, poll_s)
 
 
 def _script(out: Path, phase: str, opts: SlurmOptions, argv: list[str], threads: int) -> Path:
@@ -181,7 +156,7 @@ def run_array(out: Path, phase: str, indices: list[int], opts: SlurmOptions, arg
                         f"rerun the same command to go on once it is done (a rerun waits for it, never submits it "
                         f"twice)")
     say(f"[search] {phase}: SLURM array {job_id} with {len(indices)} task(s) submitted; waiting (logs in {logs})")
-    _wait([job_id], opts.poll_s)
+    slurm.wait_until_done([job_id], opts.poll_s)
 
 
 def failure_line(out: Path, phase: str, jobs: list[Job], missing: list[Job]) -> str:

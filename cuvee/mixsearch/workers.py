@@ -11,8 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from cuvee.folders import FolderError
-from cuvee.mixsearch.config import SearchConfigError
+from cuvee.kernel.errors import UserError, one_line
 from cuvee.mixsearch.jobs import SearchError, read_job_list, train_job
 from cuvee.mixsearch.search import worker_trainer
 
@@ -64,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         _die_with_parent(a.parent)
     try:
         work(a.config, Path(a.out), a.phase, a.index, a.threads, say=lambda m: print(m, flush=True))
-    except (SearchError, SearchConfigError, FolderError) as e:
-        print(f"Error: {' '.join(str(e).split())}", file=sys.stderr, flush=True)
+    except UserError as e:  # a refusal (changed search file, diverged proxy, ...) is one line in the task's log
+        print(f"Error: {one_line(str(e))}", file=sys.stderr, flush=True)
         return 1
     return 0
 

@@ -58,7 +58,7 @@ def train(cfg: TrainConfig, resume: bool = True, stop_after: int | None = None, 
     ``init_from``: start a *new* run from another run's checkpoint weights (and optimizer moments if
     ``init_optimizer``); step, schedule and data order start fresh - this is what ``cuvee anneal`` does.
     ``resume=False`` starts over: the output folder is emptied first (only if cuvee created it).
-    Raises :class:`cuvee.folders.FolderError` (folder in use, foreign, or bound to another plan) before any step.
+    Raises :class:`cuvee.kernel.workdir.FolderError` (folder in use, foreign, or bound to another plan) before any step.
     """
     info = dist_utils.setup()
     clean = False
@@ -180,7 +180,7 @@ def _train(cfg: TrainConfig, info, held: ExitStack, resume: bool, stop_after: in
 
 
 def _binding(cfg: TrainConfig, mcfg, shards, info, init_from, init_optimizer: bool, peak_lr: float | None) -> dict:
-    """What decides the output folder's content; a resume must match it exactly (cuvee.folders.bind).
+    """What decides the output folder's content; a resume must match it exactly (cuvee.kernel.workdir.bind).
 
     Left out on purpose, because they change no weight, loss or data order, only how the run is observed
     or executed: ``name``/``out_dir`` (they only name the folder), ``log_every`` (how often a line is
