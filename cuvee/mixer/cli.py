@@ -169,7 +169,8 @@ def mix(ctx, config=None, out_dir=None, dry_run=False, fresh=False, overwrite=Fa
 def verified_line(folder: str, checked: dict) -> str:
     """``cuvee mix --verify``'s verdict (a mismatch is an error line instead), with what was checked."""
     return (f"{folder}: OK, matches its manifest.json ({checked['shards']} shard(s), {checked['documents']:,} documents, "
-            f"{checked['tokens']:,} tokens; every .bin/.idx sha256 and count checked)")
+            f"{checked['tokens']:,} tokens; every .bin/.idx/.docs and the document table checked by sha256 and count; "
+            f"mix_sha256 {checked['mix_sha256']})")
 
 
 def closing_lines(manifest: dict, config: str, out_dir: str | None, dry_run: bool) -> list[str]:

@@ -8,6 +8,9 @@ own weight and ``max_epochs`` (e.g. quality buckets 15-19 four times, 10-14 once
 selection is a source of the blend (``<source>.<selection>``, :meth:`MixConfig.blend_config`), so the exact
 blend rule, epochs planning, manifest and summary treat it like any source; the selections of one source must
 provably exclude each other (``cuvee/mixer/where.py``), so no document can be drawn by two of them.
+
+A source may ``rehydrate``: weight its documents by the size of the duplicate cluster each was kept for
+(``cuvee/mixer/rehydrate.py``: FineWeb-2's rule or a table), its selections alike.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pydantic import (
 )
 
 from cuvee.kernel.config import ConfigError, StrictModel, config_error
+from cuvee.mixer.rehydrate import RehydrateConfig
 from cuvee.mixer.tokenizers import TokenizerSpec
 from cuvee.mixer.where import OPERATORS, check_where, disjoint
 
@@ -93,6 +97,8 @@ class SourceConfig(_Frozen):
                                               "metadata, each with its own weight and max_epochs (instead of weight)")
     text_key: str = Field("text", description="field holding the text (e.g. main_content)")
     min_chars: int = Field(1, ge=0, description="documents with fewer characters are counted and skipped")
+    rehydrate: RehydrateConfig | None = Field(None, description="weight documents by their duplicate cluster's size "
+                                              "(rule: fineweb2, or a table {cluster-size range: weight})")
 
     _name = field_validator("name")(plain_name)
     _weight = field_validator("weight")(_positive_weight)

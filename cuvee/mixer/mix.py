@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,11 +34,13 @@ from cuvee.kernel.stamps import stamps
 from cuvee.kernel.workdir import PLAN, FolderError, Workdir, bind_check, owned
 from cuvee.mixer.blend import greedy_blend
 from cuvee.mixer.config import MixConfig, MixConfigError, load_mix_config
+from cuvee.mixer.docindex import DOCS_SUFFIX, IDS_SUFFIX, KEY, TABLE_SUFFIX, DocumentTable, MixIndexWriter
 from cuvee.mixer.indexed import IndexedDataset, IndexedDatasetWriter, dtype_for_vocab
+from cuvee.mixer.rehydrate import source_stream, source_summary
 from cuvee.mixer.selections import selection_summary
-from cuvee.mixer.shuffle import epoch_stream
 from cuvee.mixer.sources import estimate_source, resolve_files, tokenize_source
 from cuvee.mixer.tokenizers import TokenizerMismatchError, load_tokenizer, sha256_file
+from cuvee.mixer.verify import read_manifest, verify_mix  # noqa: F401 - their home is verify.py; callers import here
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +173,9 @@ def _precheck_budget(cfg: MixConfig, files: list[list[str]], tokenizer) -> None:
     per_byte = _tokens_per_byte(tokenizer)
     for i, fs in enumerate(files):
         bound = _byte_bound(fs, per_byte)
+        rehydrate = cfg.sources[i].rehydrate
+        if bound is not None and rehydrate is not None:  # a pass repeats a document at most its largest weight
+            bound = math.floor(bound * rehydrate.weigher().largest)
         if bound is not None and _need(cfg, i) > bound * cfg.sources[i].max_epochs:
             nbytes = sum(os.path.getsize(f) for f in fs)
             raise EpochBudgetError(_budget_message(
@@ -211,6 +217,7 @@ def _binding(cfg: MixConfig, tokenizer, files: list[list[str]]) -> dict:
                 "text_key": s.text_key,
                 "min_chars": s.min_chars,
                 "files": [os.path.abspath(f) for f in fs],
+                **({"rehydrate": s.rehydrate.model_dump()} if s.rehydrate else {}),
             }
             for s, w, fs in zip(cfg.sources, cfg.weights, files)
         ],
@@ -231,8 +238,14 @@ def _read_json(path: Path):
     return data if isinstance(data, dict) else {}
 
 
+def _files_re(name_pattern: str) -> re.Pattern:
+    """The files a mix writes: its shards (``.bin``/``.idx`` and their ``.docs`` index), document table and ids."""
+    tables = "|".join(re.escape(x) for x in (TABLE_SUFFIX, IDS_SUFFIX))
+    return re.compile(rf"{name_pattern}(_[0-9]{{5}}\.(bin|idx|{DOCS_SUFFIX[1:]})|{tables})")
+
+
 def _shard_re(name: str) -> re.Pattern:
-    return re.compile(rf"{re.escape(name)}_[0-9]{{5}}\.(bin|idx)")
+    return _files_re(re.escape(name))
 
 
 def _remove_cache(cache_dir: Path) -> None:
@@ -278,7 +291,7 @@ def _mix_files(entry: Path) -> bool:
     return entry.name in (MANIFEST, CACHE) or _ANY_SHARD.fullmatch(entry.name) is not None
 
 
-_ANY_SHARD = re.compile(r"[A-Za-z0-9_.-]+_[0-9]{5}\.(bin|idx)")
+_ANY_SHARD = _files_re("[A-Za-z0-9_.-]+")
 MIX_FOLDER = Workdir("mix", WHAT, FRESH_HINT, owns=_mix_files)
 
 
@@ -323,21 +336,27 @@ def check_manifest_tokenizer(manifest: dict, tokenizer) -> None:
 
 
 class _ShardWriter:
-    """Closes a shard once it holds ``shard_tokens`` tokens; documents never straddle shards."""
+    """Closes a shard once it holds ``shard_tokens`` tokens; documents never straddle shards. Each document's
+    source, epoch and table entry go to the shard's ``.docs`` index (cuvee.mixer.docindex)."""
 
-    def __init__(self, out: Path, name: str, dtype, shard_tokens: int, n_sources: int):
+    def __init__(self, out: Path, name: str, dtype, shard_tokens: int, n_sources: int, index: MixIndexWriter):
         self.out, self.name, self.dtype, self.shard_tokens, self.n_sources = out, name, dtype, shard_tokens, n_sources
+        self.index = index
         self.shards: list[dict] = []
         self._w: IndexedDatasetWriter | None = None
         self._source_tokens = [0] * n_sources
 
-    def add(self, source: int, tokens: np.ndarray) -> None:
+    def add(self, source: int, tokens: np.ndarray, epoch: int, entry: int) -> None:
         if self._w is None:
             prefix = self.out / f"{self.name}_{len(self.shards):05d}"
             self._w = IndexedDatasetWriter(prefix, dtype=self.dtype)
             self._source_tokens = [0] * self.n_sources
+            self._src, self._epoch, self._entry = array("H"), array("I"), array("Q")
         self._w.add_document(tokens)
         self._source_tokens[source] += int(tokens.size)
+        self._src.append(source)
+        self._epoch.append(epoch)
+        self._entry.append(entry)
         if self._w.tokens >= self.shard_tokens:
             self._close()
 
@@ -352,6 +371,7 @@ class _ShardWriter:
                 "source_tokens": list(self._source_tokens),
                 "sha256_bin": sha256_file(Path(f"{w.prefix}.bin")),
                 "sha256_idx": sha256_file(Path(f"{w.prefix}.idx")),
+                **self.index.write_shard(w.prefix, self._src, self._epoch, self._entry),
             }
         )
 
@@ -361,7 +381,8 @@ class _ShardWriter:
         return self.shards
 
 
-def _source_entry(src, plan: SourcePlan, scan, realised: int | None, docs_used: int | None, estimated: bool) -> dict:
+def _source_entry(src, plan: SourcePlan, scan, realised: int | None, docs_used: int | None, estimated: bool,
+                  rehydration: dict | None = None) -> dict:
     avail = plan.available_tokens
     entry = {
         "name": src.name,
@@ -380,6 +401,9 @@ def _source_entry(src, plan: SourcePlan, scan, realised: int | None, docs_used: 
         "counters": scan.as_dict(),
         "files": scan.files,
     }
+    if src.rehydrate is not None:  # a dry run: only the estimate of one rehydrated pass
+        entry["rehydration"] = rehydration or {"key": src.rehydrate.key, "rule": src.rehydrate.rule or "table",
+                                               "tokens_before": scan.tokens, "tokens_after": scan.available_tokens}
     return entry
 
 
@@ -436,7 +460,7 @@ def run_mix(
 
     if dry_run:
         scans, ratios = zip(*(estimate_source(s, f, tokenizer) for s, f in zip(cfg.sources, files)))
-        plans = plan_sources(cfg, [sc.tokens for sc in scans])
+        plans = plan_sources(cfg, [sc.available_tokens for sc in scans])
         sources = [_source_entry(s, p, sc, None, None, True) for s, p, sc in zip(cfg.sources, plans, scans)]
         for entry, r in zip(sources, ratios):
             entry["chars_per_token"] = round(r, 4)
@@ -463,6 +487,13 @@ def run_mix(
     return manifest
 
 
+def _epoch_bound(cfg: MixConfig) -> int:
+    """The largest epoch the blend can draw: a source is cut within one document past ``max_epochs`` passes, and a
+    rehydrated class makes ``weight`` passes per pass of its source (cuvee/mixer/rehydrate.py)."""
+    return max(math.ceil((s.max_epochs + 1) * (s.rehydrate.weigher().largest if s.rehydrate else 1)) + 2
+               for s in cfg.sources)
+
+
 def _build(cfg: MixConfig, tokenizer, files, out: Path, dtype, base: dict, keep_cache: bool, t0: float,
            origins: list, progress: Callable[[str], None]) -> dict:
     cache_dir = out / CACHE
@@ -472,37 +503,41 @@ def _build(cfg: MixConfig, tokenizer, files, out: Path, dtype, base: dict, keep_
     for k, i in enumerate(_risk_order(cfg, files), 1):
         src, t_src = cfg.sources[i], time.time()
         scans[i] = tokenize_source(src, files[i], tokenizer, cache_dir / src.name, dtype, cfg.batch_size)
-        _check_source_budget(cfg, i, scans[i].tokens, scans[i].kept)
+        _check_source_budget(cfg, i, scans[i].available_tokens, scans[i].kept)
         progress(f"tokenize [{k}/{n_src}] {src.name}: {scans[i].kept:,} of {scans[i].read:,} documents, "
                  f"{scans[i].tokens:,} tokens ({time.time() - t_src:.1f} s)")
-    plans = plan_sources(cfg, [sc.tokens for sc in scans])
+    plans = plan_sources(cfg, [sc.available_tokens for sc in scans])
     t_tok = time.time() - t0
 
-    caches = [IndexedDataset(cache_dir / s.name) for s in cfg.sources]
-    streams = [epoch_stream(len(c), cfg.seed, s.name) for c, s in zip(caches, cfg.sources)]
-    writer = _ShardWriter(out, cfg.name, dtype, cfg.shard_tokens, len(cfg.sources))
+    prefixes = [cache_dir / s.name for s in cfg.sources]
+    caches = [IndexedDataset(p) for p in prefixes]
+    streams = [source_stream(c, p, s, cfg.seed) for c, p, s in zip(caches, prefixes, cfg.sources)]
     docs_used = [0] * len(cfg.sources)
+    realised = [0] * len(cfg.sources)
+    index = MixIndexWriter(out, cfg.name, [[f["path"] for f in sc.files] for sc in scans],
+                           [DocumentTable(p, []) for p in prefixes], _epoch_bound(cfg))
+    writer = _ShardWriter(out, cfg.name, dtype, cfg.shard_tokens, len(cfg.sources), index)
 
     def next_document(i: int) -> int | None:
-        _, doc = next(streams[i])
+        epoch, doc = next(streams[i])
         tokens = caches[i][doc]
-        writer.add(i, tokens)
+        writer.add(i, tokens, epoch, index.entry(i, doc))
         docs_used[i] += 1
         return int(tokens.size)
 
-    realised = [0] * len(cfg.sources)
     for i, n in greedy_blend(cfg.weights, cfg.target_tokens, next_document):
         realised[i] += n
     shards = writer.finish()
+    index.finish()
     progress(f"blend: {sum(realised):,} tokens from {n_src} source(s) into {len(shards)} shard(s) "
              f"({time.time() - t0 - t_tok:.1f} s)")
+    rehydration = [source_summary(s, p, c, st) for s, p, c, st in zip(cfg.sources, prefixes, caches, streams)]
     caches.clear()  # drop the memory maps before the cache folder goes
     if not keep_cache:
         _remove_cache(cache_dir)
 
-    sources = [
-        _source_entry(s, p, sc, r, d, False) for s, p, sc, r, d in zip(cfg.sources, plans, scans, realised, docs_used)
-    ]
+    sources = [_source_entry(s, p, sc, r, d, False, rh)
+               for s, p, sc, r, d, rh in zip(cfg.sources, plans, scans, realised, docs_used, rehydration)]
     mix_hash = hashlib.sha256("".join(s["sha256_bin"] + s["sha256_idx"] for s in shards).encode()).hexdigest()
     manifest = {
         **base,
@@ -512,43 +547,9 @@ def _build(cfg: MixConfig, tokenizer, files, out: Path, dtype, base: dict, keep_
         **selection_summary(sources, origins, int(sum(realised))),
         "shards": shards,
         "mix_sha256": mix_hash,
+        KEY: index.block(),
     }
     # no timestamps: reruns give the same file; written last and atomically, so it never names missing shards
     write_json(out / MANIFEST, manifest)
     manifest["timing_s"] = {"tokenize": round(t_tok, 3), "total": round(time.time() - t0, 3)}
     return manifest
-
-
-def read_manifest(out_dir: str | Path) -> dict:
-    return json.loads((Path(out_dir) / MANIFEST).read_text())
-
-
-def verify_mix(out_dir: str | Path) -> dict:
-    """Re-check a mix folder against its manifest (hashes, document and token counts); raises on any mismatch.
-
-    Why: shards travel (object stores, cluster scratch); a trainer should refuse a truncated or mixed-up copy.
-    """
-    out = Path(out_dir)
-    manifest = read_manifest(out)
-    problems = []
-    tokens = docs = 0
-    for s in manifest["shards"]:
-        prefix = out / s["prefix"]
-        for ext, key in ((".bin", "sha256_bin"), (".idx", "sha256_idx")):
-            path = Path(f"{prefix}{ext}")
-            if not path.exists():
-                problems.append(f"{path.name}: missing")
-            elif sha256_file(path) != s[key]:
-                problems.append(f"{path.name}: sha256 differs from the manifest")
-        if not problems:
-            ds = IndexedDataset(prefix)
-            if len(ds) != s["documents"] or ds.num_tokens != s["tokens"]:
-                problems.append(f"{s['prefix']}: {len(ds)} documents / {ds.num_tokens} tokens, manifest says "
-                                f"{s['documents']} / {s['tokens']}")
-            tokens += ds.num_tokens
-            docs += len(ds)
-    if not problems and tokens != manifest["total_tokens"]:
-        problems.append(f"shards hold {tokens} tokens, manifest total_tokens is {manifest['total_tokens']}")
-    if problems:
-        raise ValueError(f"mix {out} does not match its manifest:\n  " + "\n  ".join(problems))
-    return {"shards": len(manifest["shards"]), "documents": docs, "tokens": tokens, "mix_sha256": manifest["mix_sha256"]}

@@ -2,7 +2,9 @@
 and the targets decontaminated against every source, before any proxy trains.
 
 The mixer's own functions do the work (``resolve_files``, ``tokenize_source``: same selection, counters and
-EOS as ``cuvee mix``), so a proxy sees the tokens the picked mix will hold. A cache counts as done only once
+EOS as ``cuvee mix``, and each document's key in ``cache/<name>.documents``/``.ids``, cuvee.mixer.docindex), so a
+proxy sees the tokens the picked mix will hold; a proxy's view knows each piece's source by construction (one cache
+per source, cuvee.train.piece_blend.BlendView). A cache counts as done only once
 its ``.json`` is written (last); the folder is locked and bound to its plan, so a half-written cache of a
 killed search is simply written again.
 """
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cuvee.folders import atomic_write_text
+from cuvee.kernel.atomic import write_text as atomic_write_text
 from cuvee.kernel.errors import UserError
 from cuvee.mixer.indexed import IndexedDataset, dtype_for_vocab
 from cuvee.mixer.sources import resolve_files, tokenize_source
