@@ -85,7 +85,7 @@ def test_wcxb_eval_pages_are_held_out_from_the_checkpoint():
 def test_header_commands_name_real_files():
     header = [line[1:].strip() for line in CONFIG.read_text().splitlines() if line.startswith("#")]
     commands = [line for line in header if line.startswith("cuvee ")]
-    assert [c.split()[1] for c in commands] == ["run", "run", "train", "anneal"]
+    assert [c.split()[1] for c in commands] == ["run", "run", "train", "mix", "mix", "mix", "mix", "anneal"]
     for c in commands:
         for arg in c.split()[2:]:
             if arg.endswith(".yaml"):

@@ -1,5 +1,6 @@
-"""A training config may name a mix YAML: it is built once and reused, but only while its folder's recorded plan
-is that YAML's (issue #25: an edited YAML must not silently train on the old shards)."""
+"""A training config may name a mix YAML: its mix, built by `cuvee mix`, is read, but only while its folder's recorded
+plan is that YAML's (issue #25: an edited YAML must not silently train on the old shards). Reading never builds:
+a mix not built yet is refused in one line naming the command that builds it (issue #34)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cuvee.folders import FolderError
+from cuvee.kernel.errors import UserError
+from cuvee.kernel.workdir import FolderError
+from cuvee.mixer import run_mix
 from cuvee.train.shards import open_shards, resolve_mix_yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,9 +35,14 @@ def write_mix(path: Path, out: Path, tokens: int) -> Path:
     return path
 
 
-def test_mix_yaml_is_built_once_and_reused_while_unchanged(tmp_path):
+def test_mix_yaml_not_built_is_refused_then_read_once_built(tmp_path):
     out = tmp_path / "mix"
     cfg = write_mix(tmp_path / "m.yaml", out, 30000)
+    with pytest.raises(UserError) as e:
+        open_shards(str(cfg))
+    assert str(e.value) == f"{cfg}: its mix is not built ({out} holds no manifest.json); build it first: cuvee mix {cfg}"
+    assert not out.exists()  # nothing tokenized, no folder made
+    run_mix(str(cfg))
     assert resolve_mix_yaml(cfg) == out and (out / "manifest.json").exists()
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
     assert open_shards(str(cfg)).num_tokens >= 30000  # reused: nothing rewritten
@@ -44,7 +52,7 @@ def test_mix_yaml_is_built_once_and_reused_while_unchanged(tmp_path):
 def test_edited_mix_yaml_is_refused_not_trained_on_old_shards(tmp_path):
     out = tmp_path / "mix"
     cfg = write_mix(tmp_path / "m.yaml", out, 30000)
-    resolve_mix_yaml(cfg)
+    run_mix(str(cfg))
     write_mix(cfg, out, 40000)  # the user asks for more tokens; the folder still holds the 30k-token mix
     with pytest.raises(FolderError, match="(?s)different plan.*target_tokens: recorded 30000, now 40000.*--fresh"):
         open_shards(str(cfg))

@@ -289,7 +289,7 @@ def run_anneal(ac: AnnealConfig, quiet: bool = False, fresh: bool = False) -> di
 
 # ---- eval-set hygiene ------------------------------------------------------------------------------------
 def _train_paths(paths: list[str]) -> list[str]:
-    """Mixer output dirs of an arm (mix YAMLs are materialised, as training would)."""
+    """Mixer output dirs of an arm (a mix YAML: the folder `cuvee mix` built it into, as training reads it)."""
     from cuvee.train.shards import resolve_mix_yaml
 
     return [str(resolve_mix_yaml(Path(p))) if str(p).endswith((".yaml", ".yml")) else str(p) for p in paths]

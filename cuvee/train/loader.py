@@ -137,7 +137,7 @@ class PackedLoader:
 
     def source_table(self) -> tuple[list[str], np.ndarray]:
         """(source names, source index of every global document): the sources :func:`arm_sources` identifies
-        (a mixer's replayable blend, or a folder of one source), else the shards' own (``UNKNOWN_SOURCE``
+        (the mix's per-document index, or a folder of one source), else the shards' own (``UNKNOWN_SOURCE``
         where unrecorded; only in the orders that do not need them)."""
         arm = self._arm
         if arm is None:

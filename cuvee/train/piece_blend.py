@@ -10,14 +10,13 @@ source's weight to within one piece, for every seed. Each piece is read as a doc
 masks attention and restarts positions at every piece), so no piece attends to another.
 
 * :class:`BlendView` blends per-source token caches (``cuvee mix search`` proxies);
-* :func:`arm_sources` learns which source each document of a mixer output came from and the weights the mix
-  was written with (one clear line when it cannot), and :class:`ArmBlend` blends an anneal arm's documents
-  at those weights (the loader's ``order: pieces``).
+* :func:`arm_sources` reads which source each document of a mixer output came from (its per-document index,
+  cuvee.mixer.docindex) and the weights the mix was written with (one clear line when it cannot), and
+  :class:`ArmBlend` blends an anneal arm's documents at those weights (the loader's ``order: pieces``).
 """
 
 from __future__ import annotations
 
-import logging
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,17 +133,11 @@ class ArmSources:
 def arm_sources(shards: ShardSet) -> ArmSources:
     """The sources of ``shards`` (one arm) and their configured weights, or :class:`SourcesUnknownError`.
 
-    A document's source comes from the mixer's replayable blend (:meth:`ShardSet.source_ids`), or, for a
-    folder whose manifest lists exactly one source, is that source. Weights: the manifest's when the arm is
-    one mix output; the token share each source holds in the arm's data when it is several."""
-    shards_log = logging.getLogger("cuvee.train.shards")
-    level = shards_log.level
-    shards_log.setLevel(logging.ERROR)  # its "cannot be recovered" warning: said here, in the one line below
-    try:
-        ids = shards.source_ids().astype(np.int64)
-        known = list(shards.source_names)
-    finally:
-        shards_log.setLevel(level)
+    A document's source is read from the mix's per-document index (:meth:`ShardSet.source_ids`), or, for a
+    folder without one whose manifest lists exactly one source, is that source. Weights: the manifest's when the
+    arm is one mix output; the token share each source holds in the arm's data when it is several."""
+    ids = shards.source_ids().astype(np.int64)
+    known = list(shards.source_names)
     names = [n for n in known if n != UNKNOWN_SOURCE]
     manifests: dict[Path, dict] = {}
     for k, ds in enumerate(shards.datasets):
@@ -156,7 +149,7 @@ def arm_sources(shards: ShardSet) -> ArmSources:
         listed = [str(s.get("name")) for s in man.get("sources") or [] if isinstance(s, dict)]
         if len(listed) != 1:
             why = (f"its manifest lists {len(listed)} sources without which document came from which (no "
-                   f"replayable greedy blend)" if listed else "it has no mixer manifest listing its sources")
+                   f"per-document index)" if listed else "it has no mixer manifest listing its sources")
             raise SourcesUnknownError(
                 f"{folder}: order: pieces needs the source of every document, but {why}; write the arm with "
                 f"`cuvee mix` (or one source per folder), or set order: window",

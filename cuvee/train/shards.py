@@ -1,22 +1,23 @@
-"""Open the token shards a training or eval run reads: mixer output dirs, shard prefixes, or mix YAMLs.
+"""Open the token shards a training or eval run reads: mixer output dirs, shard prefixes, or mix YAMLs (already
+built by ``cuvee mix``: opening reads, it never builds).
 
 All shards of one run must share a tokenizer; its vocab size and EOS id come from ``manifest.json``
-(see docs/ARCHITECTURE.md, "Mixer output"). Documents are addressed by one global index across shards.
+(see docs/ARCHITECTURE.md, "Mixer output"). Documents are addressed by one global index across shards; each
+document's source comes from its mix's per-document index (cuvee.mixer.docindex).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from cuvee.kernel.errors import UserError
+from cuvee.mixer.docindex import KEY, MixIndex, refuse_indexless
 from cuvee.mixer.indexed import IndexedDataset
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -82,6 +83,10 @@ class ShardSet:
 UNKNOWN_SOURCE = "(unknown)"
 
 
+class MixNotBuiltError(UserError, FileNotFoundError):
+    """A mix YAML named as data whose mix has not been built: reading never builds data."""
+
+
 def _folder_manifest(folder: Path) -> dict:
     """The mixer manifest of a shard folder, or {} when it has none (or an unreadable one)."""
     mf = folder / "manifest.json"
@@ -94,28 +99,24 @@ def _folder_manifest(folder: Path) -> dict:
 def _source_table(datasets: list[IndexedDataset]):
     """(names, [(per-document local source ids, local -> global name index) per dataset]).
 
-    The mixer records per shard only ``source_tokens``, not each document's source; none is needed: its greedy
-    token-deficit rule picks every next source from the token counts so far alone, so the manifest's weights
-    and the shards' document lengths give back each document's source exactly. The replay is checked against
-    every shard's ``source_tokens``; a shard that fails the check (or has no mixer manifest) counts as
-    ``UNKNOWN_SOURCE``.
-    """
+    Each document's source is read from its mix's per-document index (cuvee.mixer.docindex). Shards without one
+    (no mixer manifest: plain Megatron shards, cuvee's byte-level demo data) count as ``UNKNOWN_SOURCE``; a mix
+    built before the index is refused when it is opened (:func:`open_shards`)."""
     names: list[str] = []
-    manifests: dict[Path, dict] = {}
-    replayed: dict[Path, dict[str, np.ndarray] | None] = {}
+    indexes: dict[Path, MixIndex | None] = {}
     out = []
     for ds in datasets:
         prefix = Path(ds.prefix)
         parent = prefix.parent.resolve()
-        if parent not in manifests:
-            manifests[parent] = _folder_manifest(parent)
-            replayed[parent] = _replay_sources(parent, manifests[parent])
-        local_names = [str(s.get("name")) for s in manifests[parent].get("sources") or []]
-        local = (replayed[parent] or {}).get(prefix.name)
-        if local is None or len(local) != len(ds):
-            if local_names:
-                log.warning("%s: the source of each document cannot be recovered; counted as %s", prefix, UNKNOWN_SOURCE)
-            local_names, local = [], np.zeros(len(ds), dtype=np.uint16)
+        if parent not in indexes:
+            manifest = _folder_manifest(parent)
+            refuse_indexless(parent, manifest)
+            indexes[parent] = MixIndex(parent, manifest) if KEY in manifest else None
+        index = indexes[parent]
+        if index is not None:
+            local, local_names = index.records(prefix.name)["source"], index.sources
+        else:
+            local, local_names = np.zeros(len(ds), dtype=np.uint16), []
         remap = []
         for n in local_names or [UNKNOWN_SOURCE]:
             if n not in names:
@@ -131,57 +132,21 @@ def _source_table(datasets: list[IndexedDataset]):
     return names, out
 
 
-def _replay_sources(directory: Path, manifest: dict) -> dict[str, np.ndarray] | None:
-    """Per-document source ids of a sidecar-less mix, by replaying the greedy blend over document lengths."""
-    shards, sources = manifest.get("shards") or [], manifest.get("sources") or []
-    if not str(manifest.get("blend", "")).startswith("greedy token deficit"):
-        return None
-    weights = [s.get("weight") for s in sources]
-    if not shards or not weights or any(not isinstance(w, (int, float)) or w < 0 for w in weights) or not sum(weights):
-        return None
-    total = sum(weights)
-    w = [x / total for x in weights]  # the same arithmetic as cuvee.mixer.blend.greedy_blend
-    order = sorted(range(len(w)), key=lambda i: (-w[i], i))
-    counts, emitted, result = [0] * len(w), 0, {}
-    try:
-        for entry in shards:
-            lengths = IndexedDataset(directory / entry["prefix"]).sequence_lengths
-            ids = np.empty(len(lengths), dtype=np.uint16)
-            shard_tokens = [0] * len(w)
-            for k, n in enumerate(lengths.tolist()):
-                best, best_deficit = -1, None
-                for i in order:
-                    d = w[i] * emitted - counts[i]
-                    if best_deficit is None or d > best_deficit:
-                        best, best_deficit = i, d
-                ids[k] = best
-                counts[best] += n
-                shard_tokens[best] += n
-                emitted += n
-            if list(entry.get("source_tokens") or []) != shard_tokens:  # unverifiable or not this rule
-                return None
-            result[entry["prefix"]] = ids
-    except (OSError, ValueError, KeyError):
-        return None
-    return result
-
-
 def resolve_mix_yaml(path: Path) -> Path:
-    """A ``mixes/*.yaml`` is materialised once by the mixer (into its ``output_dir``) and reused after, but only
-    while the folder's recorded plan is this YAML's: an edited YAML or changed source files are refused."""
+    """The output folder of a ``mixes/*.yaml``, built earlier by ``cuvee mix`` from this very YAML and these source
+    files (an edited YAML or a changed source file is refused); a mix not built yet is refused in one line naming
+    the command that builds it: reading data never writes it."""
     try:
-        from cuvee.mixer import run_mix
         from cuvee.mixer.config import load_mix_config
         from cuvee.mixer.mix import check_built
     except ImportError as e:
         raise RuntimeError(f"{path}: mix YAMLs need cuvee.mixer; pass a mixer output directory instead") from e
     cfg = load_mix_config(path)
     out = Path(cfg.output_dir or f"out/mix/{cfg.name}")
-    if (out / "manifest.json").exists():
-        check_built(path, out)
-    else:
-        log.info("materialising mix %s into %s", path, out)
-        run_mix(str(path), out_dir=str(out))
+    if not (out / "manifest.json").exists():
+        raise MixNotBuiltError(f"{path}: its mix is not built ({out} holds no manifest.json); build it first: "
+                               f"cuvee mix {path}")
+    check_built(path, out)
     return out
 
 
@@ -204,6 +169,7 @@ def open_shards(paths: list[str] | str, tokenizer: dict | None = None) -> ShardS
             manifest = None
             if (p / "manifest.json").exists():
                 manifest = json.loads((p / "manifest.json").read_text())
+                refuse_indexless(p, manifest)
                 manifests.append(manifest)
                 _merge_tokenizer(tok, manifest.get("tokenizer") or {}, p)
             prefixes = _prefixes_in(p, manifest)
@@ -216,7 +182,9 @@ def open_shards(paths: list[str] | str, tokenizer: dict | None = None) -> ShardS
             prefixes = [prefix]
             mf = prefix.parent / "manifest.json"
             if mf.exists():
-                _merge_tokenizer(tok, json.loads(mf.read_text()).get("tokenizer") or {}, prefix.parent)
+                manifest = json.loads(mf.read_text())
+                refuse_indexless(prefix.parent, manifest)
+                _merge_tokenizer(tok, manifest.get("tokenizer") or {}, prefix.parent)
         datasets.extend(IndexedDataset(x) for x in prefixes)
     return ShardSet(datasets=datasets, tokenizer=tok, manifests=manifests)
 
