@@ -14,6 +14,15 @@ The S x S-mask variant is ~1,000x slower, so it reads ``--mask-tokens`` (default
 
     python benchmarks/bench_loader.py [--seq-len 2048 4096] [--runs 3] [--tokens 32000000]
     python benchmarks/bench_loader.py --seq-len 2048 --runs 3 --tokens 1000000 --mask-tokens 16384   # smoke run
+
+``--ab BEFORE_TREE AFTER_TREE`` instead times cuvee's loader alone from two cuvee trees on the same shard (each run
+a fresh process importing its tree, ``--runs`` rounds interleaved, alternating which goes first; per run ``--tokens``
+tokens at the first ``--seq-len``): tokens/s median [min-max] and the paired ratio after / before.
+
+``--sources MIX_FOLDER`` instead times what a loader learns before its first batch on a `cuvee mix` output: every
+document's source (``ShardSet.source_ids``) and an ``order: pieces`` loader's construction (``arm_sources`` and the
+first epoch's piece blend), each from a fresh ``open_shards``, ``--runs`` times in this process (CPU, median
+[min-max]). Run it with ``PYTHONPATH`` set to two cuvee trees to compare them on the same folder.
 """
 
 from __future__ import annotations
@@ -128,6 +137,60 @@ def _ratio(ours: list[float], theirs: list[float]) -> str:
     return f"{statistics.median(xs):.2f}x [{min(xs):.2f}-{max(xs):.2f}]"
 
 
+def source_lookup(folder: str, runs: int, seq_len: int) -> None:
+    """CPU seconds to learn each document's source, and to build an ``order: pieces`` loader, on a mix folder."""
+    import cuvee
+    from cuvee.train.loader import PackedLoader
+    from cuvee.train.shards import open_shards
+
+    lookup, pieces = [], []
+    for _ in range(runs):
+        shards = open_shards(folder)
+        t = time.process_time()
+        ids = shards.source_ids()
+        lookup.append(time.process_time() - t)
+        shards = open_shards(folder)
+        t = time.process_time()
+        next(PackedLoader(shards, seq_len, 1, seed=1, order="pieces"))
+        pieces.append(time.process_time() - t)
+    print(f"{folder} ({shards.num_documents:,} documents, {len(set(ids.tolist()))} sources) with {cuvee.__file__}: "
+          f"source_ids {_fmt_s(lookup)} s CPU; order pieces, first batch {_fmt_s(pieces)} s CPU")
+
+
+def ab(trees: list[str], args) -> None:
+    """Before/after: the cuvee loader from two trees, each run a fresh process, rounds interleaved."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    seq = args.seq_len[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        build_shards(Path(tmp), args.repeat)
+        res: dict[str, list[dict]] = {t: [] for t in trees}
+        for r in range(args.runs):
+            for tree in trees if r % 2 == 0 else trees[::-1]:
+                code = (f"import sys; sys.path.insert(0, {tree!r}); sys.path.insert(1, {str(Path(__file__).parent)!r}); "
+                        f"import json, bench_loader as b; n = max(1, {args.tokens} // ({args.batch} * {seq})); "
+                        f"w, c = b._run(b.cuvee_reader(b.Path({tmp!r}), {seq}, {args.batch}), n, {args.batch * seq}); "
+                        f"import cuvee; print(json.dumps({{'wall': w, 'cpu': c, 'cuvee': cuvee.__file__}}))")
+                out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                     env={**os.environ, "PYTHONPATH": tree}).stdout
+                res[tree].append(json.loads(out.strip().splitlines()[-1]))
+    before, after = (res[t] for t in trees)
+    assert all(x["cuvee"].startswith(t) for t in trees for x in res[t]), "a run imported the wrong tree"
+    print(f"S {seq}, batch {args.batch}, {args.runs} interleaved rounds of {args.tokens:,} tokens; load "
+          f"{Path('/proc/loadavg').read_text().split()[:3]}")
+    for key in ("wall", "cpu"):
+        ratio = [a[key] / b[key] for a, b in zip(after, before)]
+        print(f"  tokens/s {key}: before {_fmt([x[key] for x in before])}, after {_fmt([x[key] for x in after])}, "
+              f"after / before {statistics.median(ratio):.3f} [{min(ratio):.3f}-{max(ratio):.3f}]")
+
+
+def _fmt_s(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.4f} [{min(xs):.4f}-{max(xs):.4f}]"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seq-len", type=int, nargs="+", default=[2048, 4096])
@@ -136,7 +199,15 @@ def main():
     ap.add_argument("--tokens", type=int, default=32_000_000, help="tokens read per run")
     ap.add_argument("--mask-tokens", type=int, default=256_000, help="tokens per run for Megatron with its S x S mask")
     ap.add_argument("--repeat", type=int, default=3, help="copies of the WCXB corpus in the shard")
+    ap.add_argument("--sources", metavar="MIX_FOLDER", help="time the source lookup on a cuvee mix output instead")
+    ap.add_argument("--ab", nargs=2, metavar=("BEFORE_TREE", "AFTER_TREE"), help="cuvee's loader from two trees")
     args = ap.parse_args()
+    if args.ab:
+        ab([str(Path(t).resolve()) for t in args.ab], args)
+        return
+    if args.sources:
+        source_lookup(args.sources, args.runs, args.seq_len[0])
+        return
     if args.runs < 1 or args.tokens < 1 or args.mask_tokens < 1:
         ap.error("--runs, --tokens and --mask-tokens must be positive")
     with tempfile.TemporaryDirectory() as tmp:
