@@ -160,7 +160,7 @@ def test_bad_parameter_is_one_line_before_any_folder(tmp_path, inputs):
     work = tmp_path / "w"
     res = _dedup("minhash_dedup", str(a), "-w", str(work), "-p", "num_band=4")
     assert res.exit_code != 0
-    want = "Error: minhash_dedup: unknown parameter 'num_band' (did you mean 'num_bands'?)"
+    want = "Error: minhash_dedup: num_band: unknown key; did you mean 'num_bands'?"
     assert res.output.strip().splitlines() == [want]
     res = _dedup("exact_dedup", str(tmp_path / "missing.jsonl"), "-w", str(work))
     assert res.exit_code != 0 and len(res.output.strip().splitlines()) == 1

@@ -71,6 +71,6 @@ def test_member_missing_from_the_documents_is_one_line_at_run_time(tmp_path):
     res = CliRunner().invoke(cuvee_main, ["run", str(recipe), "--run-dir", str(tmp_path / "run")])
     assert res.exit_code == 1
     errors = [line for line in res.output.splitlines() if "a_scor" in line]
-    assert errors == [f"Error: invalid recipe {recipe}: quality_ensemble: no document has a numeric 'a_scor'; "
-                      f"did you mean 'a_score'?"]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"Error: invalid recipe {recipe}: quality_ensemble: no document has a numeric 'a_scor'; did you mean 'a_score'")
     assert "Traceback" not in res.output and "unexpected" not in res.output

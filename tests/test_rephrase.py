@@ -234,13 +234,13 @@ def test_changed_input_prompt_or_model_is_refused(run_dir, tokenizer_dir, tmp_pa
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--prompt", "wikipeda"], "did you mean wikipedia"),
+    (["--prompt", "wikipeda"], "did you mean 'wikipedia'"),
     (["--temperature", "3"], "temperature must be in [0, 2]"),
     (["--max-input-similarity", "0"], "max_input_similarity must be in (0, 1]"),
     (["--concurrency", "0"], "--concurrency must be >= 1"),
     (["--endpoint", "ftp://x"], "give an http:// or https:// URL"),
     (["--endpoint", "http://127.0.0.1:9/v1"], "no local tokenizer"),
-    (["--where", "{quality_bucket: {lten: 9}}"], "unknown operator 'lten'; did you mean 'lte'?"),
+    (["--where", "{quality_bucket: {lten: 9}}"], "unknown operator 'lten'; did you mean 'lte'"),
     (["--where", "{quality_bucket: {lte: [9]}}"], "--where.quality_bucket.lte needs a finite number or a string"),
     (["--where", "{quality_bucket: [1, 2]}"], "write {in: [1, 2]}"),
     (["--where", "[1, 2]"], "--where: give a mapping of metadata key to condition"),

@@ -39,7 +39,6 @@ phase holds one member's sorted scores at a time (8 bytes per document); the ass
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 from pathlib import Path
@@ -52,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from cuvee.classifiers.scoring import CorpusPhaseStep, save_rank_file
 from cuvee.kernel.atomic import write_json
+from cuvee.kernel.config import did_you_mean
 from cuvee.pipeline.recipe import RecipeError
 from cuvee.pipeline.registry import (
     Barrier,
@@ -202,10 +202,7 @@ def _did_you_mean(key: str, keys_dir: Path) -> str:
     seen: set[str] = set()
     for f in sorted(keys_dir.glob("*.json")):
         seen.update(json.loads(f.read_text()))
-    close = difflib.get_close_matches(key, sorted(seen), n=1)
-    if close:
-        return f"; did you mean {close[0]!r}?"
-    return f" (metadata keys seen: {', '.join(sorted(seen)) or 'none'})"
+    return did_you_mean(key, sorted(seen)) or f" (metadata keys seen: {', '.join(sorted(seen)) or 'none'})"
 
 
 def percentile_numerators(sorted_scores: np.ndarray, values: np.ndarray) -> np.ndarray:

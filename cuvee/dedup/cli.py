@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 
 import click
 from pydantic import ValidationError
 
+from cuvee.kernel.config import join_problems, problems
 from cuvee.pipeline.registry import get_stage
 
 
@@ -40,18 +40,8 @@ def _input_files(inputs: tuple[str, ...]) -> list[str]:
 
 
 def _param_errors(stage: str, err: ValidationError) -> str:
-    """One line per bad ``-p`` parameter, with a suggestion for a misspelled name."""
-    fields = list(get_stage(stage).params.model_fields)
-    parts = []
-    for e in err.errors():
-        key = ".".join(str(x) for x in e["loc"]) or "(parameters)"
-        if e["type"] == "extra_forbidden":
-            close = difflib.get_close_matches(key, fields, n=1)
-            parts.append(f"unknown parameter {key!r}" + (f" (did you mean {close[0]!r}?)" if close else
-                                                          f"; {stage} takes {', '.join(fields)}"))
-        else:
-            parts.append(f"{key}: {e['msg'].removeprefix('Value error, ')}")
-    return f"{stage}: " + "; ".join(parts)
+    """The kernel's one config-error line for bad ``-p`` parameters (did-you-mean for a misspelt name)."""
+    return join_problems(problems(err, get_stage(stage).params), stage)
 
 
 def dedup_binding(stage: str, params: dict, files: list[str], tasks: int) -> dict:

@@ -35,11 +35,12 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
-def did_you_mean(word: Any, options, parent: str = "") -> str:
-    """``"; did you mean 'parent.x'?"`` for the closest of ``options`` to a misspelt ``word``, else ''."""
+def did_you_mean(word: Any, options, parent: str = "", cutoff: float = 0.6) -> str:
+    """``"; did you mean 'parent.x'?"`` for the closest of ``options`` to a misspelt ``word``, else ''. The one
+    "did you mean" of every command (config keys, stage names, metadata keys, operators, styles)."""
     if not isinstance(word, str):
         return ""
-    close = difflib.get_close_matches(word, [str(o) for o in options], n=2, cutoff=0.6)
+    close = difflib.get_close_matches(word, [str(o) for o in options], n=2, cutoff=cutoff)
     return f"; did you mean {' or '.join(repr(parent + c) for c in close)}?" if close else ""
 
 

@@ -12,9 +12,10 @@ provably exclude each other (value sets, number ranges, ``exists``); otherwise t
 
 from __future__ import annotations
 
-import difflib
 import math
 from typing import Any
+
+from cuvee.kernel.config import did_you_mean
 
 ALIASES = {"eq": "==", "ne": "!=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 OPERATORS = ("==", "!=", ">", ">=", "<", "<=", "in", "not_in", "exists", *ALIASES)
@@ -38,8 +39,7 @@ def check_where(where: dict, label: str = "") -> dict:
             raise ValueError(f"{at}: empty condition; give a value or operators ({', '.join(OPERATORS)})")
         for op, ref in cond.items():
             if op not in OPERATORS:
-                close = difflib.get_close_matches(str(op), OPERATORS, n=1, cutoff=0.4)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
+                hint = did_you_mean(str(op), OPERATORS, cutoff=0.4)
                 raise ValueError(f"{at}: unknown operator {op!r}{hint} (operators: {', '.join(OPERATORS)})")
             canon = ALIASES.get(op, op)
             if canon in ("in", "not_in") and not isinstance(ref, list):
@@ -93,8 +93,7 @@ def missing_keys(where: dict, seen: set[str]) -> str:
     notes = []
     for key in where:
         if key not in seen:
-            close = difflib.get_close_matches(key, sorted(seen), n=1)
-            notes.append(f"no document has metadata {key!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
+            notes.append(f"no document has metadata {key!r}" + did_you_mean(key, sorted(seen)))
     return "; ".join(notes)
 
 

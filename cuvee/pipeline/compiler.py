@@ -8,7 +8,6 @@ intermediate files. Each job remembers which recipe stage every step came from, 
 
 from __future__ import annotations
 
-import difflib
 import glob as _glob
 import os
 from collections import Counter
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from datatrove.pipeline.base import PipelineStep
 
+from cuvee.kernel.config import did_you_mean
 from cuvee.pipeline.readers import split_input_path
 from cuvee.pipeline.recipe import Recipe, RecipeError
 from cuvee.pipeline.registry import (
@@ -208,9 +208,8 @@ def check_required_metadata(recipe: Recipe) -> None:
         for key, types in entry.params.required_metadata().items():
             where = f"stages[{i}]({entry.name})"
             if key not in declared:
-                close = difflib.get_close_matches(key, sorted(declared), n=1)
-                hint = (f"; did you mean {close[0]!r}?" if close else
-                        f" (earlier stages write: {', '.join(sorted(declared)) or 'nothing'})")
+                hint = (did_you_mean(key, sorted(declared))
+                        or f" (earlier stages write: {', '.join(sorted(declared)) or 'nothing'})")
                 problems.append(f"{where}: metadata {key!r} is written by no earlier stage{hint}")
             elif types and declared[key] not in types:
                 problems.append(f"{where}: metadata {key!r} is {declared[key]}, this stage needs {' or '.join(types)}")
@@ -268,7 +267,8 @@ def stage_builds(recipe: Recipe, run_dir: Path) -> list[StageBuild]:
     out = []
     for i, entry in enumerate(recipe.stage_entries):
         ctx = BuildContext(run_dir=run_dir, work_dir=run_dir / "work", tasks=recipe.executor.tasks, stage_index=i,
-                           stage_name=entry.name, recipe_name=recipe.name, exclusions_dir=excluded)
+                           stage_name=entry.name, recipe_name=recipe.name, exclusions_dir=excluded,
+                           earlier=tuple((e.name, e.params) for e in recipe.stage_entries[:i]))
         out.append(StageBuild(f"{i:02d}.{entry.name}", get_stage(entry.name), entry.params, ctx))
     return out
 

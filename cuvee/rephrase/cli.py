@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 from pathlib import Path
 
 import click
+
+from cuvee.kernel.config import did_you_mean
 
 STYLES = ("wikipedia", "diverse_qa", "distill", "extract_knowledge", "knowledge_list")
 
@@ -19,10 +20,8 @@ def load_style(name: str):
     if not Path(name).is_file() and name in STYLES:
         name = f"rephrase_{name}"
     if not Path(name).is_file() and not name.startswith("rephrase_") and "/" not in name and not name.endswith(".txt"):
-        close = difflib.get_close_matches(name, STYLES, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise RephraseError(f"--prompt {name}: not a template file and not a shipped style{hint}; "
-                            f"styles: {', '.join(STYLES)}")
+        raise RephraseError(f"--prompt {name}: not a template file and not a shipped style"
+                            f"{did_you_mean(name, STYLES)}; styles: {', '.join(STYLES)}")
     return load_prompt(name)
 
 
