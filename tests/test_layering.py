@@ -65,7 +65,7 @@ def test_no_module_over_600_lines(path):
 # ---- import circles ------------------------------------------------------------------------------------------
 # Packages whose modules must sit in no import circle (module-level and function-level imports both count).
 # Widen to ("cuvee",) once classifiers/annotate <-> llm_http is broken: the check is written for the whole package.
-ACYCLIC = ("cuvee.mixsearch",)
+ACYCLIC = ("cuvee",)
 
 
 def _module_name(path: Path, root: Path) -> str:

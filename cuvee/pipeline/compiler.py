@@ -48,6 +48,11 @@ class Job:
     workers: int | None = None
     logging_dir: Path = field(default_factory=Path)
 
+    def completed_ranks(self) -> int:
+        """Ranks that wrote datatrove's completion marker (a rerun skips them)."""
+        comp = Path(self.logging_dir) / "completions"
+        return sum(1 for _ in comp.iterdir()) if comp.exists() else 0
+
 
 def check_inputs(recipe: Recipe) -> None:
     """Pre-flight checks shared by ``cuvee run`` and ``cuvee validate``; each failure is one RecipeError line.

@@ -168,10 +168,8 @@ def _total(v) -> int:
 
 def job_progress(job) -> dict:
     """Finished tasks of a job and, from their stats files, documents read / kept / dropped."""
-    from cuvee.pipeline.executors import job_completed_ranks
-
     logs = Path(job.logging_dir)
-    done = job_completed_ranks(job)
+    done = job.completed_ranks()
     read = kept = 0
     for f in (logs / "stats").glob("*.json") if (logs / "stats").exists() else ():
         try:
@@ -287,9 +285,7 @@ class PhaseProgress:
 
     def __enter__(self):
         if self.enabled:
-            from cuvee.pipeline.executors import job_completed_ranks
-
-            self._already = {job.name for job in self.jobs if job_completed_ranks(job) >= job.tasks}
+            self._already = {job.name for job in self.jobs if job.completed_ranks() >= job.tasks}
 
             def poll():
                 while not self._stop.wait(0.5):

@@ -131,8 +131,3 @@ def run_chain(executors: list, run_dir: Path) -> None:
         what, fix = NO_ROOM[e.errno]
         raise NoRoom(f"{what} ({e.strerror}) while the run wrote to {run_dir}: {fix} and rerun the same command; "
                      f"finished tasks are kept") from None
-
-
-def job_completed_ranks(job: Job) -> int:
-    comp = Path(job.logging_dir) / "completions"
-    return sum(1 for _ in comp.iterdir()) if comp.exists() else 0

@@ -16,7 +16,7 @@ from cuvee.kernel import atomic, slurm
 from cuvee.kernel.workdir import MARKER, FolderError, Workdir, bind_check, locked, open_workdirs, owner
 from cuvee.pipeline.compiler import check_inputs, compile_recipe
 from cuvee.pipeline.console import PhaseProgress, quiet_datatrove
-from cuvee.pipeline.executors import build_chain, job_completed_ranks, run_chain
+from cuvee.pipeline.executors import build_chain, run_chain
 from cuvee.pipeline.first_use import prepare_machine
 from cuvee.pipeline.plan import build_plan, run_folders, split_stamps
 from cuvee.pipeline.recipe import Recipe, SlurmExecutorConfig, load_recipe, parse_recipe
@@ -136,7 +136,7 @@ def wait_for_jobs(jobs, timeout_s: float = 24 * 3600, poll_s: float = 2.0) -> No
     """Block until every task of every job wrote its completion marker (SLURM runs)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if all(job_completed_ranks(j) >= j.tasks for j in jobs):
+        if all(j.completed_ranks() >= j.tasks for j in jobs):
             return
         time.sleep(poll_s)
     raise TimeoutError("jobs did not finish in time; rerun `cuvee stats RUN_DIR` later")
