@@ -100,6 +100,9 @@ class BuildContext:
     recipe_name: str = "recipe"
     extra: dict[str, Any] = field(default_factory=dict)
     exclusions_dir: Path | None = None  # set when output.exclusions asks for dropped documents to be kept
+    # (name, params) of the recipe's stages before this one: a consumer finds the stage whose files it reads
+    # (semantic_dedup: the embed stage of its store) and refuses a recipe without it before any work
+    earlier: tuple = ()
 
     def stage_dir(self, sub: str = "") -> Path:
         """A per-stage folder under work_dir, e.g. for a MinHash index."""
