@@ -5,6 +5,10 @@ FineWeb (via datatrove's PIIFormatter) replaces e-mail addresses with ``email@ex
 random, unresponsive IPs, cycling through the replacements; private, loopback and reserved addresses
 (192.168.x.x, 127.0.0.1, version strings that merely look like IPs but are not global) stay, because
 they identify no one. Same patterns and replacement lists, our own implementation with counters.
+
+The cycle restarts with every document (datatrove's runs on across a task's documents): a document's text is
+then a function of the document alone, the same whichever task, task count or order processed it, so
+``cuvee trace --verify`` can replay the stage on one re-read record and get the output row's text.
 """
 
 from __future__ import annotations
@@ -54,7 +58,8 @@ class PIIAnonymizer(PipelineStep):
         self._ip_i = 0
 
     def anonymize(self, text: str) -> tuple[str, int, int]:
-        """(new text, e-mails replaced, IPs replaced)."""
+        """(new text, e-mails replaced, IPs replaced); the replacements cycle from the first in every text."""
+        self._email_i = self._ip_i = 0
         n_email = n_ip = 0
         if self.emails and "@" in text:
             def sub_email(m):
