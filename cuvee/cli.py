@@ -28,6 +28,7 @@ LAZY_COMMANDS = {
     "dedup": ("cuvee.dedup.cli:dedup_cli", "Run one dedup stage on files; S-curve of MinHash settings."),
     "card": ("cuvee.card.cli:card", "Write a Hugging Face dataset card (Markdown + HTML + plots) for a run."),
     "rephrase": ("cuvee.rephrase.cli:rephrase_cmd", "Rewrite a run's documents with an LLM into a new mix source."),
+    "trace": ("cuvee.trace.cli:trace", "Trace a mix token, a training row or a run's document back to its page."),
 }
 
 

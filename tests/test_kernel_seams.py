@@ -72,10 +72,11 @@ WRITERS = {
     "run": "workdir run", "dedup run": "workdir dedup", "mix": "workdir mix", "mix search": "workdir search",
     "tokenizer train": "workdir tokenizer", "tokenizer extend": "workdir tokenizer", "train": "workdir train",
     "anneal": "workdir train", "classify train": "workdir classifier | owned file", "classify apply": "owned file",
-    "classify annotate": "owned file", "rephrase": "workdir rephrase", "card": "workdir card | run folder lock",
+    "classify annotate": "owned file", "rephrase": "workdir rephrase", "card": "workdir card | run, mix or training folder lock",
     "stats": "run folder lock", "demo": "run, mix and card (each above)",
 }
-READ_ONLY = {"validate", "stages", "eval-downstream", "tokenizer compression", "classify eval", "dedup scurve"}
+READ_ONLY = {"validate", "stages", "eval-downstream", "tokenizer compression", "classify eval", "dedup scurve",
+             "trace"}
 
 
 def _commands(group: click.Group, ctx: click.Context, prefix: str = "") -> list[str]:
