@@ -4,7 +4,8 @@ workdir, with the same promises.
 The ``<file>.json`` cuvee writes beside it is its marker and holds its kind and plan: a file without it is someone
 else's and is refused; a sibling ``.<name>.cuvee.lock`` keeps a second process out; a different plan is refused
 unless ``fresh``. The file itself is written through :mod:`cuvee.kernel.atomic`, so a kill never leaves a cut file
-under the real name.
+under the real name; the temporaries a killed writer of this file (or of its companions) left are swept under the
+lock, as a workdir's are.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+from cuvee.kernel.atomic import TEMP_SUFFIX
 from cuvee.kernel.workdir import FolderError, FolderLock, fingerprint
 
 
@@ -47,7 +49,20 @@ def open_owned_file(output: str | Path, decl: OwnedFile, plan: dict, held: ExitS
                           f"or choose another {decl.flag}") from None
     held.callback(lock.release)
     _check_owned(output, plan, fresh, decl)
+    _sweep(output, decl)
     return output
+
+
+def _sweep(output: Path, decl: OwnedFile) -> None:
+    """Remove the kernel's temporaries of ``output`` and its companions (``.<name>.<pid>.cuvee-tmp``): only a killed
+    writer leaves one, and under the lock no other writer of these names can be at work."""
+    names = {output.name, *(output.name + c for c in decl.companions)}
+    for p in output.parent.iterdir():
+        if not (p.name.startswith(f".{output.name}") and p.name.endswith(TEMP_SUFFIX)):
+            continue
+        target, _, pid = p.name[1 : -len(TEMP_SUFFIX)].rpartition(".")
+        if target in names and pid.isdigit() and p.is_file() and not p.is_symlink():
+            p.unlink(missing_ok=True)
 
 
 def _check_owned(output: Path, plan: dict, fresh: bool, decl: OwnedFile) -> None:
