@@ -121,11 +121,15 @@ def train(config, overrides, fresh, no_resume, demo_data, stop_after, export_hf,
         _check_data_paths(cfg, config)
         result = run_train(cfg, resume=not (fresh or no_resume), stop_after=stop_after)
         exported = None
-        if export_hf and result["checkpoint"] and os.environ.get("RANK", "0") == "0":
+        if export_hf and os.environ.get("RANK", "0") == "0":
+            from cuvee.train.checkpoint import latest_checkpoint
             from cuvee.train.hf_export import export_checkpoint
 
-            exported = export_checkpoint(result["checkpoint"], export_hf)
-            click.echo(f"exported Hugging Face Llama to {exported}")
+            # a rerun with nothing left to train (the first one killed while exporting) still exports
+            last = result["checkpoint"] or latest_checkpoint(result["out_dir"])
+            if last:
+                exported = export_checkpoint(last, export_hf)
+                click.echo(f"exported Hugging Face Llama to {exported}")
     if os.environ.get("RANK", "0") != "0":
         return  # torchrun: rank 0 reports
     summary = {k: v for k, v in result.items() if k not in ("losses",)}
