@@ -46,16 +46,23 @@ def _data_uri(png: bytes) -> str:
 
 FUNNEL_HEADING = "Filter funnel"
 FUNNEL_TABLE_ID = "filter-funnel"
+TABLE_IDS = {f"<h2>{FUNNEL_HEADING}</h2>": FUNNEL_TABLE_ID,  # heading -> id of the first table under it
+             "<h3>Removal waterfall</h3>": "removal-waterfall",
+             "<h3>Spot checks: tokens traced to their pages</h3>": "spot-checks"}
 
 
-def _tag_funnel_table(html_body: str) -> str:
-    """Give the funnel table an id, so browsers (and the screenshot test) can link to it."""
-    h = html_body.find(f"<h2>{FUNNEL_HEADING}</h2>")
-    t = html_body.find("<table>", h) if h >= 0 else -1
-    nxt = html_body.find("<h2>", h + 1) if h >= 0 else -1
-    if t < 0 or (0 <= nxt < t):
-        return html_body
-    return html_body[:t] + f'<table id="{FUNNEL_TABLE_ID}">' + html_body[t + len("<table>"):]
+def _tag_tables(html_body: str) -> str:
+    """Give the funnel, waterfall and spot-check tables ids, so browsers (and the screenshot tests) can link to
+    them: the first table after each heading, when no other heading comes first."""
+    for heading, table_id in TABLE_IDS.items():
+        h = html_body.find(heading)
+        t = html_body.find("<table>", h) if h >= 0 else -1
+        nxt = min((i for i in (html_body.find("<h2>", h + 1), html_body.find("<h3>", h + 1)) if i >= 0), default=-1) \
+            if h >= 0 else -1
+        if t < 0 or (0 <= nxt < t):
+            continue
+        html_body = html_body[:t] + f'<table id="{table_id}">' + html_body[t + len("<table>"):]
+    return html_body
 
 
 def render_html(card_md: str, images: dict[str, bytes], title: str) -> str:
@@ -71,7 +78,7 @@ def render_html(card_md: str, images: dict[str, bytes], title: str) -> str:
         png = images.get(m.group(2))
         return m.group(0) if png is None else f"{m.group(1)}{_data_uri(png)}{m.group(3)}"
 
-    html_body = _tag_funnel_table(html_body)
+    html_body = _tag_tables(html_body)
     html_body = re.sub(r'(<img[^>]*?\bsrc=")([^"]+)(")', inline, html_body)
     meta = (
         f'<details class="meta"><summary>Dataset card metadata (YAML front matter)</summary><pre>{_html.escape(front)}</pre></details>\n'

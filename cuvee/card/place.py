@@ -50,9 +50,17 @@ def _inside(p: Path, parent: Path) -> bool:
         return False
 
 
-def choose(run_dir: Path, output_root: Path | None, out_dir: str | Path | None) -> Place:
-    """The card's folder: ``out_dir``, else the run's output folder, else ``<run_dir>/card``; for the output folder,
-    the cuvee run folder that owns it."""
+def choose(run_dir: Path, output_root: Path | None, out_dir: str | Path | None, described: Path | None = None,
+           what: str = "folder") -> Place:
+    """The card's folder: ``out_dir``, else the mix or training folder the card describes (``described``, under its
+    own lock), else the run's output folder, else ``<run_dir>/card``; for the output folder, the cuvee run folder
+    that owns it."""
+    if described is not None and out_dir is None:
+        mark = owner(described)
+        if mark is None or mark["kind"] not in ("mix", "train"):
+            raise FolderError(f"{what} {described} is not a folder cuvee mix or cuvee train created (no "
+                              f".cuvee-owner.json of either kind); write the card elsewhere with --out DIR")
+        return Place(described, described, what)
     if output_root is not None and (out_dir is None or Path(out_dir).resolve() == output_root.resolve()):
         for cand in (output_root, run_dir):
             mark = owner(cand)

@@ -40,7 +40,7 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def funnel_plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
+def funnel_plot(rows: list[dict[str, Any]], path: Path, title: str = "Filter funnel") -> Path | None:
     """Horizontal bars: documents kept after each stage (blue) and removed by it (orange)."""
     rows = [r for r in rows if r.get("docs_in") is not None and r.get("docs_out") is not None]
     if not rows:
@@ -57,7 +57,7 @@ def funnel_plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
         ax.text(k + d + top * 0.01, y, f"{k:,}" + (f"  (-{d:,})" if d else ""), va="center", fontsize=8)
     ax.set_xlim(0, top * 1.25)
     ax.set_xlabel("documents")
-    ax.set_title("Filter funnel")
+    ax.set_title(_label(title))
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 if len(rows) > 3 else -0.25), ncol=2, fontsize=8, frameon=False)
     return _save(fig, path)
 

@@ -89,8 +89,10 @@ def _fmt_param(v: Any) -> str:
 class CardWriter:
     """Builds the Markdown body from a loaded run, its output profile and the written plot files."""
 
-    def __init__(self, run: RunData, prof: OutputProfile, images: dict[str, str], tokens_estimated: bool = True):
+    def __init__(self, run: RunData, prof: OutputProfile, images: dict[str, str], tokens_estimated: bool = True,
+                 after_mix: list[str] | None = None):
         self.run, self.prof, self.images = run, prof, images
+        self.after_mix = list(after_mix or [])  # sections of a mix or training folder's card (provenance)
         self.stats = run.stats
         self.out = self.stats.get("output") or {}
         self.acc = self.stats.get("accounting") or {}
@@ -460,6 +462,7 @@ class CardWriter:
     def render(self) -> str:
         parts = [
             self.title(), self.partial_banner(), self.summary(), self.sources(), self.processing(), self.funnel(),
-            self.language(), self.dedup(), self.contamination(), self.scores(), self.mix(), self.tokenizer(), self.limitations(), self.citation(),
+            self.language(), self.dedup(), self.contamination(), self.scores(), self.mix(), *self.after_mix,
+            self.tokenizer(), self.limitations(), self.citation(),
         ]
         return "\n".join(p for p in parts if p)
