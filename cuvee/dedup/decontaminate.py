@@ -9,6 +9,13 @@ punctuation and whitespace changed is found; items shorter than n words are coun
 match. Counted per benchmark: ``contaminated_<b>`` documents touched and ``matches_<b>`` (document, item)
 pairs; the items found are written per task (``found/<rank>.json``) and summed into ``stats.json``
 (``contamination``) by :func:`contamination_report`.
+
+By meaning (``by_meaning``): an item is also found in a document whose vector (the ``embed`` stage's, from the run's
+embedding store: the document's first ``max_tokens`` word pieces) is within a cosine ``threshold`` of the item's,
+embedded by the phase with the same model and rule. It catches paraphrased and edited items that share no 13-gram;
+it cannot see an item deep inside a long page. Counted apart (``contaminated_by_meaning_<b>``, ``found_meaning/``),
+reported beside the n-gram figures; ``drop`` drops such documents, ``remove`` and ``annotate`` annotate them (there
+are no spans to cut).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from cuvee.dedup.embed_store import EmbedStore, RowWalker, gather, id_hash, store_dir
 from cuvee.dedup.files import AtomicWriter, load_array, rank_file, save_array
 from cuvee.dedup.ngram_match import (
     DEFAULT_N,
@@ -47,6 +55,7 @@ from cuvee.pipeline.registry import (
 )
 
 REASON = "contaminated"
+MEANING_REASON = "contaminated_by_meaning"  # found by meaning only (no shared n-gram)
 
 
 def counter_name(name: str) -> str:
@@ -80,6 +89,16 @@ class EvalSetParams(BaseModel):
         return self
 
 
+class MeaningParams(BaseModel):
+    """Decontamination by meaning: the embed stage's document vectors against the eval items' vectors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    threshold: float = Field(0.85, gt=0, lt=1, description="cosine between a document's vector and an item's at or "
+                                                           "above which the item is found")
+    store: str = Field("default", pattern=r"^[A-Za-z0-9_-]{1,64}$", description="the embed stage's store")
+
+
 class DecontaminateParams(StageParams):
     eval_sets: list[EvalSetParams] = Field(min_length=1, description="the benchmarks to look for")
     action: Literal["drop", "remove", "annotate"] = Field(
@@ -90,6 +109,8 @@ class DecontaminateParams(StageParams):
     include_path: list[str] = Field(default_factory=list, description="folders of your own lm-eval task YAMLs")
     metadata_key: str = Field("contamination", description="metadata key listing the items found in a document "
                                                            "(JSON: benchmark, item id, character spans)")
+    by_meaning: MeaningParams | None = Field(None, description="also find items by the cosine of the embed stage's "
+                                                               "document vector and the item's (an embed stage first)")
 
     @model_validator(mode="after")
     def _unique_names(self):
@@ -109,14 +130,16 @@ class BuildEvalIndex(PipelineStep):
     type = "🦠 - DECONT"
     name = "🦠 eval n-gram index"
 
-    def __init__(self, folder: str | Path, sources: list[eval_items.Source], n_grams: int):
+    def __init__(self, folder: str | Path, sources: list[eval_items.Source], n_grams: int,
+                 encoder: tuple[str, int] | None = None):
         super().__init__()
         self.folder, self.sources, self.n = Path(folder), sources, n_grams
+        self.encoder = encoder  # (model, max_tokens) of the embed stage, for decontamination by meaning
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         if world_size != 1:
             raise RuntimeError("the eval n-gram index is built by one task")
-        seqs, bench, ids, benchmarks = [], [], [], []
+        seqs, bench, ids, benchmarks, texts = [], [], [], [], []
         with self.track_time():
             for b, src in enumerate(self.sources):
                 key = counter_name(src.name)
@@ -126,6 +149,7 @@ class BuildEvalIndex(PipelineStep):
                         unreadable += 1
                         continue
                     seqs.append(word_ids(text))
+                    texts.append(text)
                     bench.append(b)
                     ids.append(item_id)
                 n_items = bench.count(b)
@@ -141,6 +165,8 @@ class BuildEvalIndex(PipelineStep):
             save_array(out / "item_bench.u16", np.array(bench, dtype=np.uint16))
             write_json(out / "item_ids.json", ids, indent=None)
             index.save(out, extra={"benchmarks": benchmarks})
+            if self.encoder:
+                save_array(out / "item_vectors.f32", embed_items(texts, *self.encoder))
             self.stat_update("index_builds")
             self.stat_update("indexed_ngrams", value=len(index.hashes))
         return
@@ -154,9 +180,11 @@ class Decontaminate(BaseFilter):
     name = "🦠 decontaminate"
     replays_exactly = True  # a function of the document and the index written before the cut
 
-    def __init__(self, folder: str | Path, action: str, min_ngrams: int, metadata_key: str, exclusion_writer=None):
+    def __init__(self, folder: str | Path, action: str, min_ngrams: int, metadata_key: str, exclusion_writer=None,
+                 meaning: tuple[Path, float] | None = None):
         super().__init__(exclusion_writer=exclusion_writer)
         self.folder, self.action, self.min_ngrams, self.key = Path(folder), action, min_ngrams, metadata_key
+        self.meaning = meaning  # (embedding store, cosine threshold)
 
     def run(self, data, rank: int = 0, world_size: int = 1):
         folder = self.folder / "index"
@@ -169,7 +197,12 @@ class Decontaminate(BaseFilter):
         bench = load_array(folder / "item_bench.u16", np.uint16, mmap=True)
         names = [b["key"] for b in header["benchmarks"]]
         found: set[int] = set()
-        state = {"index": index, "bench": bench, "names": names, "found": found, "ids": None}
+        state = {"index": index, "bench": bench, "names": names, "found": found, "ids": None, "near": set()}
+        if self.meaning:
+            store = EmbedStore(self.meaning[0])
+            items = load_array(folder / "item_vectors.f32", np.float32).reshape(len(bench), -1)
+            state |= {"walker": RowWalker(store.hashes(rank), "decontaminate"), "vectors": store.vectors(rank),
+                      "items": items}
         self._state = state
         ok = False
         try:
@@ -182,20 +215,39 @@ class Decontaminate(BaseFilter):
             if ok:
                 with AtomicWriter(rank_file(self.folder / "found", rank, "u32")) as w:
                     w.write(np.array(sorted(found), dtype=np.uint32))
+                if self.meaning:
+                    save_array(rank_file(self.folder / "found_meaning", rank, "u32"),
+                               np.array(sorted(state["near"]), dtype=np.uint32))
 
     def _item_ids(self) -> list[str]:
         if self._state["ids"] is None:
             self._state["ids"] = json.loads((self.folder / "index" / "item_ids.json").read_text())
         return self._state["ids"]
 
+    def _near(self, doc) -> list[tuple[int, float]]:
+        """(item, cosine) of every eval item within the threshold of the document's vector."""
+        st = self._state
+        row = st["walker"].take(np.array([id_hash(doc.id)], dtype=np.uint64))
+        sims = st["items"] @ gather(st["vectors"], row)[0]
+        return [(int(i), float(sims[i])) for i in np.flatnonzero(sims >= self.meaning[1])]
+
     def filter(self, doc) -> bool | tuple[bool, str]:
         st = self._state
         ids, starts, ends = word_spans(doc.text)
         matches = st["index"].find(ids)
-        if not matches:
+        near = self._near(doc) if self.meaning else []
+        if not matches and not near:
             return True
         names, item_ids = st["names"], self._item_ids()
-        report, touched = [], {}
+        report, touched, close = [], {}, {}
+        for item, cosine in near:
+            b = names[int(st["bench"][item])]
+            close[b] = close.get(b, 0) + 1
+            st["near"].add(item)
+            report.append({"benchmark": b, "item": item_ids[item], "cosine": round(cosine, 4)})
+        for b, k in close.items():
+            self.stat_update(f"contaminated_by_meaning_{b}")
+            self.stat_update(f"matches_by_meaning_{b}", value=k)
         for m in matches:
             b = names[int(st["bench"][m.item])]
             touched[b] = touched.get(b, 0) + 1
@@ -207,15 +259,15 @@ class Decontaminate(BaseFilter):
             self.stat_update(f"matches_{b}", value=k)
         doc.metadata[self.key] = json.dumps(report)
         if self.action == "drop":
-            return False, REASON
-        if self.action == "remove":
-            kept, removed = remove_lines(doc.text, [s for r in report for s in r["spans"]])
+            return False, REASON if matches else MEANING_REASON
+        if self.action == "remove" and matches:  # a match by meaning alone has no span to cut: annotated
+            kept, removed = remove_lines(doc.text, [s for r in report for s in r.get("spans", ())])
             self.stat_update("paragraphs_removed", value=removed)
             self.stat_update("chars_removed", value=len(doc.text) - len(kept))
             if not word_ids(kept).size:
                 return False, REASON  # nothing but the eval items: nothing left to keep
             doc.text = kept
-        self.stat_update("documents_" + ("cut" if self.action == "remove" else "annotated"))
+        self.stat_update("documents_" + ("cut" if self.action == "remove" and matches else "annotated"))
         return True
 
 
@@ -240,6 +292,17 @@ def remove_lines(text: str, spans: list) -> tuple[str, int]:
     return "\n".join(x for x, d in zip(lines, drop) if not d), removed
 
 
+def embed_items(texts: list[str], model: str, max_tokens: int) -> np.ndarray:
+    """The items' vectors, made as the embed stage makes a document's (one text per pass on CPU)."""
+    from cuvee.classifiers.embedder import Encoder, pick_device
+
+    device = pick_device("auto")
+    encoder = Encoder(model, max_length=max_tokens, batch_size=64 if device.startswith("cuda") else 1, device=device)
+    if not texts:
+        return np.zeros((0, encoder.dim), dtype=np.float32)
+    return gather(encoder.embed(texts).astype(np.float16), np.arange(len(texts)))  # rounded as documents are
+
+
 def resolve_sources(p: DecontaminateParams) -> list[eval_items.Source]:
     return [eval_items.resolve(e.name, e.path, e.task, e.fields, e.id_field, e.split, tuple(p.include_path))
             for e in p.eval_sets]
@@ -253,18 +316,26 @@ def contamination_report(params: DecontaminateParams, stage_dir: Path, counters:
         bench = load_array(folder / "item_bench.u16", np.uint16)
     except (OSError, ValueError):
         return {"action": params.action, "n_grams": params.n_grams, "benchmarks": {}, "complete": False}
-    files = sorted((Path(stage_dir) / "found").glob("*.u32"))
-    found = np.unique(np.concatenate([load_array(f, np.uint32) for f in files])) if files else np.zeros(0, np.uint32)
-    per_bench = np.bincount(bench[found], minlength=len(header["benchmarks"])) if len(found) else None
+    def per_bench(sub: str) -> np.ndarray:
+        files = sorted((Path(stage_dir) / sub).glob("*.u32"))
+        found = np.unique(np.concatenate([load_array(f, np.uint32) for f in files])) if files else []
+        return np.bincount(bench[found], minlength=len(header["benchmarks"])) if len(found) else \
+            np.zeros(len(header["benchmarks"]), dtype=np.int64)
+
+    found, near = per_bench("found"), per_bench("found_meaning")
     out = {}
     for i, b in enumerate(header["benchmarks"]):
         key = b["key"]
         out[b["name"]] = {"items_checked": b["items"], "too_short": b["too_short"], "unreadable": b["unreadable"],
-                          "items_found": int(per_bench[i]) if per_bench is not None else 0,
+                          "items_found": int(found[i]),
                           "documents_touched": int(counters.get(f"contaminated_{key}", 0)),
                           "matches": int(counters.get(f"matches_{key}", 0))}
+        if params.by_meaning:
+            out[b["name"]] |= {"items_found_by_meaning": int(near[i]),
+                               "documents_touched_by_meaning": int(counters.get(f"contaminated_by_meaning_{key}", 0))}
+    meaning = params.by_meaning.model_dump() if params.by_meaning else None
     return {"action": params.action, "n_grams": params.n_grams, "min_ngrams": params.min_ngrams,
-            "benchmarks": out, "complete": True}
+            "by_meaning": meaning, "benchmarks": out, "complete": True}
 
 
 @register_stage("decontaminate", DecontaminateParams, report=("contamination", contamination_report))
@@ -274,9 +345,17 @@ def build_decontaminate(p: DecontaminateParams, ctx: BuildContext):
         sources = resolve_sources(p)
     except EvalTaskError as e:
         raise RecipeError(f"stage {ctx.stage_name!r}: {e}") from None
-    folder = ctx.stage_dir()
+    folder, encoder, meaning = ctx.stage_dir(), None, None
+    if p.by_meaning:
+        store = p.by_meaning.store
+        embeds = [q for name, q in ctx.earlier if name == "embed" and getattr(q, "store", None) == store]
+        if not embeds:
+            raise RecipeError(f"stage {ctx.stage_name!r}: by_meaning reads the vectors of an embed stage (store "
+                              f"{store!r}); add '- stage: embed' before it")
+        encoder, meaning = (embeds[-1].model, embeds[-1].max_tokens), (store_dir(ctx.work_dir, store),
+                                                                       p.by_meaning.threshold)
     return Barrier(
         before=[],
-        phases=[Phase("eval_index", [BuildEvalIndex(folder, sources, p.n_grams)], tasks=1)],
-        after=[Decontaminate(folder, p.action, p.min_ngrams, p.metadata_key, ctx.exclusion_writer())],
+        phases=[Phase("eval_index", [BuildEvalIndex(folder, sources, p.n_grams, encoder)], tasks=1)],
+        after=[Decontaminate(folder, p.action, p.min_ngrams, p.metadata_key, ctx.exclusion_writer(), meaning)],
     )

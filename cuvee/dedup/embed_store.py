@@ -103,25 +103,37 @@ class EmbedStore:
         return load_array(rank_file(self.folder, rank, "idh.u64"), np.uint64)
 
 
-def match_rows(store_hashes: np.ndarray, doc_hashes: np.ndarray, what: str) -> np.ndarray:
-    """The store row of each document, where the documents are the store's rows with some left out, in order.
+class RowWalker:
+    """The store rows of a task's documents as they stream by, where they are the store's rows with some left out,
+    in order: one walk over the store's id hashes, resumed at each call."""
 
-    The common case (nothing dropped in between) is one comparison; otherwise one walk over both lists."""
-    if np.array_equal(store_hashes, doc_hashes):
-        return np.arange(len(doc_hashes), dtype=np.int64)
-    rows = np.empty(len(doc_hashes), dtype=np.int64)
-    stored = store_hashes.tolist()
-    j = 0
-    for i, h in enumerate(doc_hashes.tolist()):
-        while j < len(stored) and stored[j] != h:
+    def __init__(self, store_hashes: np.ndarray, what: str):
+        self.stored, self.what, self.at, self.seen = store_hashes, what, 0, 0
+
+    def take(self, doc_hashes: np.ndarray) -> np.ndarray:
+        n, at = len(doc_hashes), self.at
+        if np.array_equal(self.stored[at:at + n], doc_hashes):  # nothing dropped in between: one comparison
+            self.at, self.seen = at + n, self.seen + n
+            return np.arange(at, at + n, dtype=np.int64)
+        rows = np.empty(n, dtype=np.int64)
+        stored = self.stored[at:].tolist()
+        j = 0
+        for i, h in enumerate(doc_hashes.tolist()):
+            while j < len(stored) and stored[j] != h:
+                j += 1
+            if j == len(stored):
+                raise StoreError(f"{self.what}: document #{self.seen + i} of this task has no embedding in the "
+                                 "store's rows after the previous match (the embed stage saw other documents in this "
+                                 "task: run both in one recipe with the same executor.tasks)")
+            rows[i] = at + j
             j += 1
-        if j == len(stored):
-            raise StoreError(f"{what}: document #{i} of this task has no embedding in the store's rows after the "
-                             "previous match (the embed stage saw other documents in this task: run both in one "
-                             "recipe with the same executor.tasks)")
-        rows[i] = j
-        j += 1
-    return rows
+        self.at, self.seen = at + j, self.seen + n
+        return rows
+
+
+def match_rows(store_hashes: np.ndarray, doc_hashes: np.ndarray, what: str) -> np.ndarray:
+    """The store row of each document of a task (all of them at once): :class:`RowWalker` in one call."""
+    return RowWalker(store_hashes, what).take(doc_hashes)
 
 
 def gather(vectors: np.ndarray, rows: np.ndarray) -> np.ndarray:
