@@ -258,8 +258,10 @@ def test_validation_never_loads_the_model(ref_model, tmp_path):
     assert isinstance(built, Barrier) and built.before[0].scorer._lm is None
     streaming = spec.build(spec.params(model=str(ref_model), buckets=None, max_bpb=3.0), ctx)
     assert isinstance(streaming, list) and len(streaming) == 2
-    with pytest.raises(RecipeError, match=r"stages\[0\]\(perplexity\).model: .* is not a folder; train"):
+    with pytest.raises(RecipeError, match=r"stages\[0\]\(perplexity\).model: .* is not a folder; give `model: reference`"):
         spec.build(spec.params(model=str(tmp_path / "nope")), ctx)
+    reference = spec.build(spec.params(model="reference"), ctx)  # the shipped reference LM, found wherever cuvee runs
+    assert Path(reference.before[0].scorer.model_path) == REPO / "cuvee" / "assets" / "models" / "reference_lm"
     (tmp_path / "empty").mkdir()
     with pytest.raises(RecipeError, match="neither a `cuvee train` output folder"):
         spec.build(spec.params(model=str(tmp_path / "empty")), ctx)

@@ -21,13 +21,16 @@ def _check_sources(data, positive, negative) -> None:
         raise click.UsageError("give --data, or both --positive and --negative")
 
 
-def _examples(data, positive, negative, text_key, label_key, regression, limit):
+def _examples(data, positive, negative, text_key, label_key, regression, limit, negative_text_key=None):
     from cuvee.classifiers.examples import load_labelled, load_sources
 
     _check_sources(data, positive, negative)
     if data:
+        if negative_text_key:
+            raise click.UsageError("--negative-text-key goes with --negative sources, not --data")
         return load_labelled(list(data), text_key, label_key, regression=regression, limit=limit)
-    return load_sources(list(positive), list(negative), text_key, limit_per_class=limit)
+    return load_sources(list(positive), list(negative), text_key, limit_per_class=limit,
+                        negative_text_key=negative_text_key)
 
 
 def _kind_of(model: str) -> str:
@@ -40,6 +43,8 @@ def _source_options(fn):
         click.option("--positive", multiple=True, help="documents of the positive class (label 'hq')"),
         click.option("--negative", multiple=True, help="documents of the negative class (label 'lq')"),
         click.option("--text-key", default="text", show_default=True),
+        click.option("--negative-text-key", default=None, help="the negatives' text field when it is not --text-key "
+                     "(e.g. curated main_content against a pipeline output's text)"),
         click.option("--label-key", default="label", show_default=True),
         click.option("--limit", type=int, default=None, help="at most this many examples (per class for --positive/--negative)"),
         click.option("--positive-label", default="hq", show_default=True, help="label whose probability is the score"),
@@ -72,7 +77,7 @@ def classify():
 @click.option("--max-length", type=int, default=256, show_default=True)
 @click.option("--positive-at", type=float, default=None, help="regression: also report binary metrics of label >= this (FineWeb-Edu: 3)")
 @click.option("--fresh", is_flag=True, help="replace a model cuvee trained into --output with another plan")
-def train_cmd(data, positive, negative, text_key, label_key, limit, positive_label, output, kind, valid_fraction, seed,
+def train_cmd(data, positive, negative, text_key, negative_text_key, label_key, limit, positive_label, output, kind, valid_fraction, seed,
               lr, dim, epoch, word_ngrams, bucket, quantize, threads, encoder, task, max_length, positive_at, fresh):
     """Train on labelled files or positive/negative sources; print held-out metrics (also saved to <output>.metrics.json)."""
     from cuvee.classifiers.outputs import HEAD_FOLDER, MODEL_FILE, by_path, train_plan
@@ -80,7 +85,8 @@ def train_cmd(data, positive, negative, text_key, label_key, limit, positive_lab
     from cuvee.kernel.workdir import open_workdir
 
     _check_sources(data, positive, negative)
-    settings = {"kind": kind, "text_key": text_key, "label_key": label_key, "limit": limit, "valid_fraction": valid_fraction,
+    settings = {"kind": kind, "text_key": text_key, **({"negative_text_key": negative_text_key} if negative_text_key else {}),
+                "label_key": label_key, "limit": limit, "valid_fraction": valid_fraction,
                 "seed": seed, "lr": lr, "epoch": epoch}
     settings.update({"dim": dim, "word_ngrams": word_ngrams, "bucket": bucket, "quantize": quantize} if kind == "fasttext"
                     else {"encoder": encoder, "task": task, "max_length": max_length})
@@ -91,13 +97,15 @@ def train_cmd(data, positive, negative, text_key, label_key, limit, positive_lab
         else:
             binding, inputs = by_path(plan)
             open_workdir(output, HEAD_FOLDER, binding, held, fresh=fresh, inputs=inputs)
-        _train(data, positive, negative, text_key, label_key, limit, positive_label, output, kind, valid_fraction, seed,
+        _train(data, positive, negative, (text_key, negative_text_key), label_key, limit, positive_label, output, kind, valid_fraction, seed,
                lr, dim, epoch, word_ngrams, bucket, quantize, threads, encoder, task, max_length, positive_at, plan)
 
 
 def _train(data, positive, negative, text_key, label_key, limit, positive_label, output, kind, valid_fraction, seed,
            lr, dim, epoch, word_ngrams, bucket, quantize, threads, encoder, task, max_length, positive_at, plan):
-    ex = _examples(data, positive, negative, text_key, label_key, kind == "transformer" and task == "regression", limit)
+    text_key, negative_text_key = text_key  # (--text-key, --negative-text-key)
+    ex = _examples(data, positive, negative, text_key, label_key, kind == "transformer" and task == "regression", limit,
+                   negative_text_key)
     if len(ex) < 4:
         raise click.ClickException(f"only {len(ex)} usable examples (skipped: {ex.skipped})")
     train, valid = ex.split(valid_fraction, seed)
@@ -154,11 +162,11 @@ def _check_evaluable(ex, label_key: str, positive_label: str, regression: bool, 
 @_source_options
 @click.option("--threshold", type=float, default=0.5, show_default=True)
 @click.option("--positive-at", type=float, default=None, help="regression heads: binary metrics of label >= this")
-def eval_cmd(model, data, positive, negative, text_key, label_key, limit, positive_label, threshold, positive_at):
+def eval_cmd(model, data, positive, negative, text_key, negative_text_key, label_key, limit, positive_label, threshold, positive_at):
     """Precision, recall, F1 and ROC-AUC of a trained model on labelled data."""
     kind = _kind_of(model)
     regression = kind == "transformer" and json.loads((Path(model) / "head.json").read_text())["task"] == "regression"
-    ex = _examples(data, positive, negative, text_key, label_key, regression, limit)
+    ex = _examples(data, positive, negative, text_key, label_key, regression, limit, negative_text_key)
     _check_evaluable(ex, label_key, positive_label, regression, positive_at)
     if kind == "fasttext":
         from cuvee.classifiers.fasttext_model import evaluate_fasttext

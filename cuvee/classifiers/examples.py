@@ -73,13 +73,15 @@ def load_labelled(paths, text_key: str = "text", label_key: str = "label", regre
 
 
 def load_sources(positive, negative, text_key: str = "text", limit_per_class: int | None = None,
-                 positive_label: str = POSITIVE, negative_label: str = NEGATIVE) -> Examples:
-    """Examples from positive and negative document sources (DCLM style: good text vs. random web)."""
+                 positive_label: str = POSITIVE, negative_label: str = NEGATIVE,
+                 negative_text_key: str | None = None) -> Examples:
+    """Examples from positive and negative document sources (DCLM style: good text vs. random web); the negatives'
+    text is read from ``negative_text_key`` when given (curated ``main_content`` against a pipeline's ``text``)."""
     ex = Examples()
-    for paths, label in ((positive, positive_label), (negative, negative_label)):
+    for paths, label, key in ((positive, positive_label, text_key), (negative, negative_label, negative_text_key or text_key)):
         n = 0
         for doc in iter_documents(paths):
-            text = doc.text if text_key == "text" else doc.metadata.get(text_key)
+            text = doc.text if key == "text" else doc.metadata.get(key)
             if not text or not str(text).strip():
                 ex.skip(f"empty_text_{label}")
                 continue

@@ -47,6 +47,7 @@ from cuvee.kernel.atomic import write_json
 from cuvee.pipeline.registry import Barrier, BuildContext, Phase, StageParams, register_stage
 
 IGNORE_INDEX = -100
+REFERENCE_LM = Path(__file__).resolve().parent.parent / "assets" / "models" / "reference_lm"  # `model: reference`
 FORWARD_TOKENS = 8192  # tokens per forward pass (rows x window) on CPU; x4 on CUDA
 
 
@@ -75,18 +76,16 @@ def _cuvee_tokenizer(spec: dict, override: str | None = None):
 
         return (lambda texts: [encode_bytes(t).astype(np.int64) for t in texts]), (lambda ids: int(len(ids)))
     from cuvee.mixer import load_tokenizer
+    from cuvee.mixer.tokenizers import manifest_tokenizer
 
-    if override is not None:
-        tok = load_tokenizer(override, num_threads=1)
-    elif kind == "huggingface":  # the manifest keeps the file name only: look for it beside cuvee's assets
-        tok = load_tokenizer({"kind": "huggingface", "path": spec["name"], **({"eos": spec["eos"]} if "eos" in spec else {})},
-                             num_threads=1)
+    if override is None:  # the recorded one (a rank file such as bytes256 is found by name and fingerprint)
+        tok = manifest_tokenizer(spec, num_threads=1)
     else:
-        tok = load_tokenizer({k: v for k, v in spec.items() if k in ("kind", "name", "path", "eos")}, num_threads=1)
-    fp = spec.get("fingerprint")
-    if fp and getattr(tok, "fingerprint", None) and tok.fingerprint != fp:
-        raise ValueError(f"tokenizer {tok.name}: fingerprint {tok.fingerprint[:16]} differs from the one the model was "
-                         f"trained with ({fp[:16]})")
+        tok = load_tokenizer(override, num_threads=1)
+        fp = spec.get("fingerprint")
+        if fp and getattr(tok, "fingerprint", None) and tok.fingerprint != fp:
+            raise ValueError(f"tokenizer {tok.name}: fingerprint {tok.fingerprint[:16]} differs from the one the model "
+                             f"was trained with ({fp[:16]})")
     if spec.get("eos_id") is not None and tok.eos_id != spec["eos_id"]:
         raise ValueError(f"tokenizer {tok.name}: eos_id {tok.eos_id} differs from the model's {spec['eos_id']}")
     if tok.kind == "tiktoken":
@@ -175,8 +174,9 @@ class PerplexityScorer:
     """Bits per byte of each text under a reference LM; picklable, loads the model on first use."""
 
     def __init__(self, model: str, device: str = "auto", max_chars: int | None = None, max_tokens: int | None = None,
-                 tokenizer: str | None = None, forward_tokens: int | None = None):
+                 tokenizer: str | None = None, forward_tokens: int | None = None, threads: int | None = None):
         self.model_path = str(model)
+        self.threads = threads
         self.device = device
         self.max_chars = max_chars
         self.max_tokens = max_tokens
@@ -189,6 +189,10 @@ class PerplexityScorer:
 
     def load(self) -> _LM:
         if self._lm is None:
+            if self.threads:  # as the transformer stages: intra-op threads of this worker (CPU)
+                import torch
+
+                torch.set_num_threads(self.threads)
             self._lm = _LM(self.model_path, self.device, self.tokenizer)
         return self._lm
 
@@ -448,7 +452,8 @@ class PerplexityParams(StageParams):
     def metadata_fields(self) -> dict[str, str]:
         return {score_key(self.name): "double", f"{self.name}_bucket": "string"}
 
-    model: str = Field(description="a `cuvee train` output folder (latest checkpoint) or a Hugging Face causal LM folder")
+    model: str = Field(description="a `cuvee train` output folder (latest checkpoint), a Hugging Face causal LM folder, "
+                                   "or 'reference': the shipped reference LM (cuvee/assets/models/SOURCE.txt)")
     name: str = Field("perplexity", description="metadata prefix: <name>_score (bits per byte), <name>_bucket")
     tokenizer: str | None = Field(None, description="override the model's tokenizer (tiktoken name, .tiktoken or "
                                                     "tokenizer.json); checked against the recorded fingerprint")
@@ -456,6 +461,8 @@ class PerplexityParams(StageParams):
     max_tokens: int | None = Field(None, gt=1, description="score only the first N tokens")
     batch_size: int = Field(64, ge=1, description="documents per scoring call (packed into rows of the model's window)")
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="auto = cuda (bf16) when available, else cpu")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads per worker (default: torch's, every core); "
+                                                        "small models score faster with 1 thread and more tasks")
     buckets: list[float] | None = Field([33.3, 66.6], description="corpus-wide bpb percentiles splitting head / middle / "
                                                                  "tail (lower bpb = head); null: no buckets, no barrier")
     group_by: str | None = Field(None, description="compute the percentiles per value of this metadata key (e.g. language)")
@@ -486,14 +493,15 @@ def build_perplexity(p: PerplexityParams, ctx: BuildContext):
     from cuvee.pipeline.recipe import RecipeError
 
     where = f"stages[{ctx.stage_index}]({ctx.stage_name}).model"
-    if not Path(p.model).is_dir():
-        raise RecipeError(f"{where}: {p.model!r} is not a folder; train a reference model first, e.g. "
-                          "`cuvee train configs/train/tiny.yaml --demo-data runs/train_demo_data`")
+    model = str(REFERENCE_LM) if p.model == "reference" else p.model
+    if not Path(model).is_dir():
+        raise RecipeError(f"{where}: {p.model!r} is not a folder; give `model: reference` (the shipped reference LM) "
+                          "or train one first, e.g. `cuvee train configs/train/reference_lm.yaml` (its header says how)")
     try:
-        model_kind(p.model)  # a folder listing only: nothing is loaded here
+        model_kind(model)  # a folder listing only: nothing is loaded here
     except FileNotFoundError as e:
         raise RecipeError(f"{where}: {e}") from None
-    scorer = PerplexityScorer(p.model, p.device, p.max_chars, p.max_tokens, p.tokenizer)
+    scorer = PerplexityScorer(model, p.device, p.max_chars, p.max_tokens, p.tokenizer, threads=p.threads)
     key = score_key(p.name)
     if p.buckets is None:
         steps: list = [PerplexityAnnotator(scorer, key, p.batch_size)]

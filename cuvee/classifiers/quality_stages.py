@@ -16,13 +16,13 @@ from cuvee.pipeline.registry import BuildContext, StageParams, register_stage
 
 ASSET_MODELS = Path(__file__).resolve().parent.parent / "assets" / "models"
 DEMO_FASTTEXT = ASSET_MODELS / "demo_quality.ftz"
+DCLM_STANDIN_FASTTEXT = ASSET_MODELS / "dclm_standin.ftz"  # DCLM-style: curated text vs web text (SOURCE.txt says how)
+SHIPPED_FASTTEXT = {"demo": DEMO_FASTTEXT, "dclm_standin": DCLM_STANDIN_FASTTEXT}
 
 
 def resolve_model_path(model: str) -> str:
-    """``demo`` names the shipped demo classifier; anything else is a path."""
-    if model == "demo":
-        return str(DEMO_FASTTEXT)
-    return model
+    """``demo`` / ``dclm_standin`` name the shipped classifiers (cuvee/assets/models/SOURCE.txt); anything else is a path."""
+    return str(SHIPPED_FASTTEXT.get(model, model))
 
 
 class _ScoreParams(StageParams):
@@ -48,7 +48,8 @@ class _ScoreParams(StageParams):
 
 
 class FastTextQualityParams(_ScoreParams):
-    model: str = Field("demo", description="path to a fastText .bin/.ftz, or 'demo' for the shipped demo classifier")
+    model: str = Field("demo", description="path to a fastText .bin/.ftz, or a shipped one: 'demo' (main content vs "
+                                           "boilerplate), 'dclm_standin' (DCLM-style: curated text vs web text)")
     positive_label: str = Field("hq", description="score = P(this label); bare ('hq', '1') or full ('__label__hq'); any "
                                                   "label of the model (DCLM's fastText: hq vs cc; checked when the recipe is built)")
     name: str = Field("fasttext_quality", description="metadata key prefix: <name>_score")

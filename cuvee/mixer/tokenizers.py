@@ -297,3 +297,37 @@ def load_tokenizer(spec: str | dict | TokenizerSpec, num_threads: int | None = N
         tok = TiktokenTokenizer(enc, spec.eos, fp, num_threads, vocab_size=max([*ranks.values(), *special.values()]) + 1)
     tok.check(spec)
     return tok
+
+
+def manifest_tokenizer(block: dict, num_threads: int | None = None) -> Tokenizer:
+    """The tokenizer a mix manifest's ``tokenizer`` block names, offline, and only the very same vocabulary.
+
+    The manifest keeps a file's name, not its path: a Hugging Face ``tokenizer.json`` and a tiktoken rank file
+    (``bytes256``: not an encoding tiktoken knows) are looked up among cuvee's shipped tokenizers, and a rank file
+    is used only when the block pins its fingerprint and the shipped file matches it (else a ValueError)."""
+    kind, name = block.get("kind"), block.get("name")
+    eos = {"eos": block["eos"]} if "eos" in block else {}
+    spec: dict = {k: v for k, v in block.items() if k in ("kind", "name", "path", "eos")}
+    if kind == "huggingface" and "path" not in block:
+        spec = {"kind": "huggingface", "path": name, **eos}
+    elif kind == "tiktoken" and name and "path" not in block and not _known_encoding(name):
+        if not block.get("fingerprint"):
+            raise ValueError(f"tokenizer {name!r}: not a tiktoken encoding, and no fingerprint to check a rank file "
+                             f"of that name against")
+        spec = {"kind": "tiktoken", "path": f"{name}.tiktoken", **eos}
+    tok = load_tokenizer(spec, num_threads=num_threads)
+    fp = block.get("fingerprint")
+    if fp and tok.fingerprint != fp:
+        raise TokenizerMismatchError(f"tokenizer {tok.name}: fingerprint {tok.fingerprint[:16]} differs from the "
+                                     f"recorded one ({fp[:16]})")
+    return tok
+
+
+def _known_encoding(name: str) -> bool:
+    import tiktoken
+
+    try:
+        tiktoken.get_encoding(name)
+    except ValueError:
+        return False
+    return True

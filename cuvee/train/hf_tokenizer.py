@@ -7,13 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def _tiktoken_tokenizer(name: str):
-    import tiktoken
+def _tiktoken_tokenizer(block: dict):
     from tokenizers import AddedToken, Tokenizer
     from tokenizers.models import BPE
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
-    enc = tiktoken.get_encoding(name)
+    from cuvee.mixer.tokenizers import manifest_tokenizer
+
+    enc = manifest_tokenizer(block).enc  # an encoding name, or a shipped rank file (bytes256) of that fingerprint
 
     class _InMemory(TikTokenConverter):
         def load_tiktoken_bpe(self, _url):
@@ -52,7 +53,7 @@ def export_tokenizer(tokenizer: dict, out_dir: str | Path) -> bool:
 
     kind = tokenizer.get("kind")
     if kind == "tiktoken":
-        tok, eos = _tiktoken_tokenizer(tokenizer["name"])
+        tok, eos = _tiktoken_tokenizer(tokenizer)
     elif kind == "bytes":
         tok, eos = _byte_tokenizer(tokenizer["eos_id"])
     else:
