@@ -17,6 +17,7 @@ from _faults.common import (
     Trigger,
     cuvee,
     lock_held,
+    quiet,
     rewrite_same_size,
     swap_case_edit,
 )
@@ -93,14 +94,15 @@ class AnnotateWatch:
 
 class Annotate(Scenario):
     name = "classify annotate"
+    output_is_file = True
 
-    def __init__(self, tmp: Path, seed: int):
+    def __init__(self, tmp: Path, seed: int, quick: bool = False):  # already CI-sized
         from cuvee.classifiers.llm_server import serve
 
         self.tmp = tmp
         write_docs(tmp / "in" / "docs.jsonl", seed, "d")
         write_docs(tmp / "in" / "other.jsonl", seed + 1, "o")
-        self.server = serve(responder=Oracle(), model_name="oracle")
+        self.server = quiet(serve(responder=Oracle(), model_name="oracle"))
 
     def close(self) -> None:
         self.server.close()

@@ -4,6 +4,7 @@ fires, snapshot folders, and judge refusals: the pieces every fault-injection sc
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import signal
@@ -163,11 +164,22 @@ def snapshot_diff(before: dict, after: dict) -> str:
 
 
 def lock_held(lock: Path) -> bool:
-    """A FolderLock writes ``pid N on HOST since ...`` into its file once the flock is taken."""
+    """A FolderLock writes ``pid N on HOST since ...`` into its file once the flock is taken; a process killed with
+    the lock leaves that line behind, so the holder must also be alive (probing the flock itself could make the
+    real holder's non-blocking acquire fail)."""
     try:
-        return lock.read_bytes().startswith(b"pid")
+        head = lock.read_bytes().split()
     except OSError:
         return False
+    if len(head) < 2 or head[0] != b"pid" or not head[1].isdigit():
+        return False
+    try:
+        os.kill(int(head[1]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        pass
+    return True
 
 
 class FileSave:
@@ -232,3 +244,119 @@ def finish(fails: list[str], keep: bool, tmp: Path) -> int:
     else:
         shutil.rmtree(tmp, ignore_errors=True)
     return 1 if fails else 0
+
+
+# ------------------------------------------------------------------------------------------ products
+OWN = (".cuvee.lock", ".cuvee-owner.json", ".cuvee-plan.json")  # cuvee's own files: not the product
+
+
+def product(folder: Path, skip=(), norm=None) -> dict[str, bytes]:
+    """Every file of a command's product under ``folder`` (relative name -> bytes), cuvee's own files, locks and
+    names ``skip`` matches (a predicate on the relative name) left out; ``norm(name, data)`` takes out what may
+    differ between two correct runs (the folder's own path, timings)."""
+    out = {}
+    if folder.exists():
+        for p in sorted(folder.rglob("*")):
+            rel = str(p.relative_to(folder))
+            if p.is_file() and p.name not in OWN and not is_lock(p.name) and not (skip and skip(rel)):
+                data = p.read_bytes()
+                out[rel] = norm(rel, data) if norm else data
+    return out
+
+
+def compare_products(want: dict[str, bytes], got: dict[str, bytes]) -> dict:
+    """File by file: a missing file is a loss, one the reference lacks an extra, other bytes a change."""
+    return {"dup": 0, "loss": sum(1 for k in want if k not in got), "extra": sum(1 for k in got if k not in want),
+            "changed": sum(1 for k in got if k in want and got[k] != want[k])}
+
+
+def without_keys(data: bytes, keys: tuple[str, ...], path: Path | None = None) -> bytes:
+    """A JSON document with ``keys`` removed at any depth (and ``path`` written as OUT), for comparing two runs."""
+    def strip(x):
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items() if k not in keys}
+        if isinstance(x, list):
+            return [strip(v) for v in x]
+        return x.replace(str(path), "OUT") if path is not None and isinstance(x, str) else x
+
+    return json.dumps(strip(json.loads(data)), sort_keys=True).encode()
+
+
+class FolderWatch:
+    """A folder a command writes its product into: when its plan appeared (the work began) and which of its
+    files exist; ``tick`` learns the reference run's timeline (plan bound -> exit)."""
+
+    def __init__(self, out: Path, plan_dir: Path | None = None):
+        self.out = out
+        self.plan_dir = plan_dir or out
+        self.bound_at: float | None = None
+        self.t_last = 0.0
+
+    def bound(self) -> bool:
+        return (self.plan_dir / ".cuvee-plan.json").exists()
+
+    def files(self) -> list[str]:
+        try:
+            return sorted(str(p.relative_to(self.out)) for p in self.out.rglob("*")
+                          if p.name not in OWN and not is_lock(p.name) and p.is_file())
+        except OSError:  # a file renamed or removed while listed
+            return []
+
+    def has(self, name: str) -> bool:
+        return (self.out / name).exists()
+
+    def tick(self, t: float) -> None:
+        if self.bound_at is None and self.bound():
+            self.bound_at = t
+        self.t_last = t
+
+    def work_s(self, default: float = 1.0) -> float:
+        """Seconds from the plan's binding to the end, in the reference run."""
+        return max(0.05, self.t_last - self.bound_at) if self.bound_at is not None else default
+
+    def state(self) -> dict:
+        files = self.files()
+        running = "startup" if not self.bound() else f"{len(files)} file(s) written" if files else "bound"
+        return {"running": running, "files": ",".join(files[:6]) + (" ..." if len(files) > 6 else "")}
+
+
+def t_into_work(t_s: float, label: str | None = None) -> Trigger:
+    """``t_s`` seconds after the subject's work began (``subject.bound()``: its plan bound, its lock taken)."""
+    def cond(s, t, ctx):
+        if "bound" not in ctx and s.bound():
+            ctx["bound"] = t
+        return "bound" in ctx and t - ctx["bound"] >= t_s
+
+    return Trigger(label or f"{t_s:.2f}s into the work", cond)
+
+
+class FileWatch(FolderWatch):
+    """A user-named output file cuvee owns: its work begins when its sibling lock is taken; the state says whether
+    its temporary, the file and its ``<file>.json`` marker exist."""
+
+    def __init__(self, out: Path):
+        super().__init__(out.parent)
+        self.file = out
+        self.lock = out.parent / f".{out.name}.cuvee.lock"
+
+    def bound(self) -> bool:
+        return lock_held(self.lock)
+
+    def temporaries(self) -> list[str]:
+        try:
+            return sorted(p.name for p in self.out.glob(f".{self.file.name}.*"))
+        except OSError:
+            return []
+
+    def state(self) -> dict:
+        tmp = [n for n in self.temporaries() if not is_lock(n)]
+        running = ("written" if self.file.exists() else "temporary being written" if tmp else
+                   "lock taken" if self.bound() else "startup")
+        marker = Path(str(self.file) + ".json")
+        return {"running": running, "marker": "yes" if marker.exists() else "", "tmp": tmp}
+
+
+def quiet(server):
+    """A local LLM server whose clients are killed on purpose: their reset connections are not worth a traceback."""
+    server.httpd.handle_error = lambda request, client_address: None
+    return server

@@ -81,10 +81,12 @@ class DedupWatch(JobFolder):
 class Dedup(Scenario):
     name = "dedup run"
 
-    def __init__(self, tmp: Path, seed: int):
+    def __init__(self, tmp: Path, seed: int, quick: bool = False):
+        """``quick``: 2 files of 600 documents (CI); else 4 of 1,500."""
         self.tmp = tmp
-        self.n_docs = write_docs(tmp / "in", seed, "d")
-        write_docs(tmp / "in_other", seed + 1, "o")
+        self.n_files, per_file = (2, 600) if quick else (4, 1500)
+        self.n_docs = write_docs(tmp / "in", seed, "d", self.n_files, per_file)
+        write_docs(tmp / "in_other", seed + 1, "o", self.n_files, per_file)
         self.jobs: list = []
         self.dur: dict = {}
         self.work_s = 5.0
@@ -98,7 +100,7 @@ class Dedup(Scenario):
 
     def summary(self, ref: Path) -> str:
         kept = sum(read_docs(ref).values())
-        return (f"{self.n_docs} documents in 4 JSONL files, {kept} kept; jobs "
+        return (f"{self.n_docs} documents in {self.n_files} JSONL files, {kept} kept; jobs "
                 + ", ".join(f"{n} ({t} rank{'s' if t > 1 else ''})" for n, _k, t in self.jobs))
 
     def fixed_triggers(self, w: DedupWatch) -> list:

@@ -79,7 +79,7 @@ class Mix(Scenario):
     name = "mix"
     refuse_after = ("done",)  # after a kill, a changed plan replaces the unfinished attempt by design (mix.py)
 
-    def __init__(self, tmp: Path, seed: int):
+    def __init__(self, tmp: Path, seed: int, quick: bool = False):  # already CI-sized
         self.tmp = tmp
         write_source(tmp / "in" / "a.jsonl", seed, "a")
         write_source(tmp / "in" / "b.jsonl", seed + 1, "b")

@@ -22,11 +22,11 @@ STEPS = 150
 CKPT = 30
 
 
-def write_config(path: Path, data: Path) -> Path:
+def write_config(path: Path, data: Path, steps: int = STEPS, ckpt: int = CKPT) -> Path:
     cfg = {"name": "fi", "model": {"dim": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 64},
            "data": {"paths": [str(data)], "seq_len": 64, "seed": 3},
-           "optim": {"lr": 3.0e-3, "warmup_steps": 5}, "steps": STEPS, "micro_batch": 4, "log_every": 1,
-           "ckpt_every": CKPT, "keep_checkpoints": 2, "threads": 1, "out_dir": str(path.parent / "unused")}
+           "optim": {"lr": 3.0e-3, "warmup_steps": 5}, "steps": steps, "micro_batch": 4, "log_every": 1,
+           "ckpt_every": ckpt, "keep_checkpoints": 2, "threads": 1, "out_dir": str(path.parent / "unused")}
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
 
@@ -84,15 +84,17 @@ class TrainWatch:
 class Train(Scenario):
     name = "train"
 
-    def __init__(self, tmp: Path, seed: int):
+    def __init__(self, tmp: Path, seed: int, quick: bool = False):
+        """``quick``: 40 steps, a checkpoint every 10 (CI); else 150 and 30."""
         from cuvee.train.demo_data import build_variant_mix, load_wcxb
 
         self.tmp = tmp
+        self.steps, self.ckpt = (40, 10) if quick else (STEPS, CKPT)
         rows = load_wcxb()
         tmp.mkdir(parents=True, exist_ok=True)
         build_variant_mix(tmp / "data", "fi", rows[:60], {"clean": 1.0}, seed=seed, max_doc_bytes=800)
         build_variant_mix(tmp / "data_other", "fi", rows[60:120], {"clean": 1.0}, seed=seed, max_doc_bytes=800)
-        self.config = write_config(tmp / "train.yaml", tmp / "data")
+        self.config = write_config(tmp / "train.yaml", tmp / "data", self.steps, self.ckpt)
 
     def argv(self, out: Path) -> list[str]:
         return cuvee("train", self.config, "--set", f"out_dir={out}")
@@ -102,7 +104,7 @@ class Train(Scenario):
 
     def summary(self, ref: Path) -> str:
         steps = train_steps(ref)
-        return (f"{STEPS} steps of a 2-layer dim-32 byte-level model on CPU, checkpoint every {CKPT} (keep 2); "
+        return (f"{self.steps} steps of a 2-layer dim-32 byte-level model on CPU, checkpoint every {self.ckpt} (keep 2); "
                 f"final loss {steps[-1][1]:.4f}")
 
     def fixed_triggers(self, w: TrainWatch) -> list:
@@ -112,20 +114,20 @@ class Train(Scenario):
         trig = [
             Trigger("plan bound", lambda s, t, ctx: (s.out / ".cuvee-plan.json").exists()),
             Trigger("first step logged", at(1)),
-            Trigger(f"step {CKPT - 1} (just before the first checkpoint)", at(CKPT - 1)),
-            Trigger(f"first checkpoint (step {CKPT}) written", lambda s, t, ctx: any(c.endswith(".pt") for c in s.ckpts())),
-            Trigger(f"step {STEPS // 2 + CKPT // 2} (between checkpoints)", at(STEPS // 2 + CKPT // 2)),
-            Trigger(f"step {STEPS - 1} (near the end)", at(STEPS - 1)),
-            Trigger(f"step {STEPS} logged (final checkpoint, exit)", at(STEPS)),
+            Trigger(f"step {self.ckpt - 1} (just before the first checkpoint)", at(self.ckpt - 1)),
+            Trigger(f"first checkpoint (step {self.ckpt}) written", lambda s, t, ctx: any(c.endswith(".pt") for c in s.ckpts())),
+            Trigger(f"step {self.steps // 2 + self.ckpt // 2} (between checkpoints)", at(self.steps // 2 + self.ckpt // 2)),
+            Trigger(f"step {self.steps - 1} (near the end)", at(self.steps - 1)),
+            Trigger(f"step {self.steps} logged (final checkpoint, exit)", at(self.steps)),
         ]
         return trig
 
     def random_trigger(self, rng: random.Random) -> Trigger:
-        k = rng.randint(2, STEPS - 1)
+        k = rng.randint(2, self.steps - 1)
         return Trigger(f"step {k} (random)", lambda s, t, ctx: s.step() >= k)
 
     def mid_trigger(self, w: TrainWatch):
-        return Trigger(f"step {STEPS // 2}", lambda s, t, ctx: s.step() >= STEPS // 2)
+        return Trigger(f"step {self.steps // 2}", lambda s, t, ctx: s.step() >= self.steps // 2)
 
     def compare(self, ref: Path, out: Path) -> dict:
         want = dict(train_steps(ref))
@@ -133,12 +135,12 @@ class Train(Scenario):
         seen: dict = {}
         for s, _loss in got:
             seen[s] = seen.get(s, 0) + 1
-        loads, same = _final_weights(ref, out)
+        loads, same = _final_weights(ref, out, self.steps)
         ckdir = out / "checkpoints"
         return {"dup": sum(c - 1 for c in seen.values() if c > 1), "loss": sum(1 for s in want if s not in seen),
                 "extra": sum(1 for s in seen if s not in want),
                 "changed": sum(1 for s, loss in got if s in want and loss != want[s]),
-                "checks": {f"final checkpoint (step {STEPS}) loads": loads, "final weights = reference": same,
+                "checks": {f"final checkpoint (step {self.steps}) loads": loads, "final weights = reference": same,
                            "no .tmp left": not (ckdir.exists() and any(ckdir.glob("*.tmp")))}}
 
     def changes(self):
@@ -169,18 +171,18 @@ class Train(Scenario):
         return lock_held(out / ".cuvee.lock") and TrainWatch(out).step() >= 1
 
 
-def _final_weights(ref: Path, out: Path) -> tuple[bool, bool]:
+def _final_weights(ref: Path, out: Path, steps: int = STEPS) -> tuple[bool, bool]:
     """(the final checkpoint loads as data only and is at the last step, its weights equal the reference's)."""
     import torch
 
     from cuvee.train.checkpoint import load_checkpoint
 
-    path = out / "checkpoints" / f"step_{STEPS:07d}.pt"
+    path = out / "checkpoints" / f"step_{steps:07d}.pt"
     try:
         got = load_checkpoint(path)
     except Exception:  # noqa: BLE001 - any failure to load is the failed check
         return False, False
-    want = load_checkpoint(ref / "checkpoints" / f"step_{STEPS:07d}.pt")
-    same = (got["step"] == STEPS and set(got["model"]) == set(want["model"])
+    want = load_checkpoint(ref / "checkpoints" / f"step_{steps:07d}.pt")
+    same = (got["step"] == steps and set(got["model"]) == set(want["model"])
             and all(torch.equal(got["model"][k], want["model"][k]) for k in want["model"]))
-    return got["step"] == STEPS, same
+    return got["step"] == steps, same
