@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from cuvee.kernel.errors import UserError
+
 MAX_ALIASES = 200  # alias uses (``*name``) per document
 MAX_EXPANDED_NODES = 200_000  # nodes of the document with every alias expanded
 MAX_EXPANDED_BYTES = 16 << 20  # UTF-8 bytes of scalars with every alias expanded (beyond the file's own size)
@@ -25,7 +27,7 @@ MAX_DEPTH = 100  # nested sequences / mappings
 _MAX_SNIPPET = 300
 
 
-class YamlLoadError(ValueError):
+class YamlLoadError(UserError, ValueError):
     """A YAML document that cannot be loaded; the message names the file and says why."""
 
 
