@@ -44,3 +44,29 @@ def test_a_killed_writers_temporaries_of_the_file_are_swept_others_stay(tmp_path
     assert json.loads(Path(f"{out}.json").read_text())["complete"] is True
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".cuvee-tmp")] == [
         n for n in left if n.startswith(".kept.jsonl.gz.")]
+
+
+def test_a_fasttext_training_killed_between_its_model_and_its_marker_is_rerun(tmp_path):
+    """The model was renamed into place before its marker was written: killed in between, the rerun (even with
+    --fresh) refused the model cuvee had just trained as "not written by cuvee". The kill here comes right after
+    the model's rename, in the real CLI."""
+    rows = [{"text": " ".join([w] * 12), "label": lab} for _ in range(60) for w, lab in (("report", "hq"), ("click", "lq"))]
+    data = tmp_path / "labelled.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = tmp_path / "model.bin"
+    args = ["classify", "train", "--data", str(data), "-o", str(model), "--epoch", "2", "--dim", "8", "--bucket",
+            "10000", "--threads", "1"]
+    killed_mid_write(f"""
+        real = os.replace
+        def replace(src, dst):
+            real(src, dst)
+            if str(dst) == {str(model)!r}:
+                die()
+        os.replace = replace
+        from cuvee.cli import main
+        main({args!r})
+    """)
+    assert model.exists()
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert json.loads(Path(f"{model}.json").read_text())["kind"] == "fasttext"

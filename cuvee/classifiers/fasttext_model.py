@@ -82,8 +82,9 @@ def train_fasttext(train: Examples, output: str | Path, cfg: FastTextConfig = Fa
                                    f"training file") from None
             raise
         model = fasttext.load_model(str(part))
-    write_json(marker(output), {"kind": "fasttext", "config": asdict(cfg), "labels": sorted(set(train.labels)),
-                                "plan": plan})
+        # the marker before the rename: a kill between the two must not leave a model the rerun refuses as foreign
+        write_json(marker(output), {"kind": "fasttext", "config": asdict(cfg), "labels": sorted(set(train.labels)),
+                                    "plan": plan})
     return model
 
 
