@@ -9,7 +9,8 @@
 3. ``semantic_pairs`` (the run's task count, clusters split by number): every document goes to its nearest
    centroid; inside each cluster :mod:`cuvee.dedup.semdedup` decides (the keep rule's order, a member removed when
    its cosine to an earlier one exceeds ``threshold``, its keeper at the end of its chain). Drop lists and
-   cluster records are written per source rank.
+   cluster records are written per source rank. Each task assigns every document to its centroid and keeps its own
+   clusters' (k x dim multiply-adds a document: small next to embedding it), so no assignment files are written.
 4. Filter: drops the listed documents as ``semantic_duplicate``; ``semantic_cluster_size`` on every document it
    keeps, ``semantic_duplicate_of`` (the keeper's id) on each dropped one's exclusion record.
 
