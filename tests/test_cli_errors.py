@@ -85,6 +85,9 @@ CASES = [
     ("rephrase", ["{d}/docs.jsonl", "-o", "{d}/r", "-p", "wikipedai", "-m", "{d}/no_model"]),
     ("rephrase", ["{d}/docs.jsonl", "-o", "{d}/userdir", "-p", "wikipedia", "-m", "x",
                   "--endpoint", "http://127.0.0.1:9/v1"]),
+    ("trace", ["{d}/nope", "--token", "0"]),
+    ("trace", ["{d}/userdir", "--token", "0"]),
+    ("trace", ["{d}/userdir", "--token", "-3"]),
     ("demo", ["--run-dir", "{d}/userdir"]),
     ("demo", ["--run-dir", "{d}/notes.txt"]),
 ]

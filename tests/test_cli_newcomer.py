@@ -187,7 +187,8 @@ def test_misspelt_lazy_command_gets_did_you_mean():
     """`cuvee valdate` got a suggestion, `cuvee mixx` none: the lazy commands were not among click's candidates."""
     for typo, meant in (("mixx", "mix"), ("trian", "train"), ("valdate", "validate")):
         out = CliRunner().invoke(main, [typo])
-        assert out.exit_code != 0 and f"did you mean '{meant}'?" in out.output, (typo, out.output)
+        hint = out.output.partition("did you mean ")[2]  # one or two candidates, the closest first
+        assert out.exit_code != 0 and hint.startswith(f"'{meant}'"), (typo, out.output)
 
 
 def _walk(cmd, path=("cuvee",)):

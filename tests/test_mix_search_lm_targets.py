@@ -149,7 +149,7 @@ def test_a_changed_task_file_is_refused_on_rerun(searched, capsys):
     qa.write_text(qa.read_text().replace("Answer:", "A:"))
     code, _, err = _cli(["mix", "search", str(searched["cfg"]), "--out", str(searched["out"])], capsys)
     assert code == 1 and len(err.strip().splitlines()) == 1, err
-    assert "files.qa[0].bytes" in err and "--fresh" in err, err  # files.qa[0]: the task YAML
+    assert f"input {qa} changed" in err and "--fresh" in err, err  # named by path, as every input change is
 
 
 def test_the_report_names_the_task(searched):

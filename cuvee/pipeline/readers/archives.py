@@ -36,8 +36,9 @@ Identity at the source, on every document, so one record can be re-read from its
 ``source_length`` (the byte range to read: for a gzip file, the record's gzip member(s), compressed, which is the
 record itself in Common Crawl's one-member-per-record files; for a plain file, the record's header and block),
 ``source_skip`` (only in a gzip file that is not one member per record: decompressed bytes to pass over after
-``source_offset`` before the record starts; ``source_length`` is then absent until the member's end is known, as
-for a file gzip'd whole, which cannot be entered anywhere but at its start), and ``payload_digest``
+``source_offset`` before the record starts; ``source_length`` then runs to the end of the file when the member's
+end is not yet known, as for a file gzip'd whole, which cannot be entered anywhere but at its start; every
+document has the same keys, so any writer takes them), and ``payload_digest``
 (``WARC-Payload-Digest`` as the record states it; for a record without one, a WET conversion or any ARC record,
 ``sha1:<base32>`` of the payload as stored, computed here, the same form). Decoding, extraction and every later
 stage leave these keys alone.
@@ -87,6 +88,17 @@ def detect_format(head: bytes, path: str) -> str:
     if ".arc" in name:
         return "arc"
     return "warc"
+
+
+
+def _size(raw) -> int | None:
+    """The file's size in bytes (None when the stream cannot tell), read before any record."""
+    try:
+        size = raw.seek(0, os.SEEK_END)
+        raw.seek(0)
+    except (OSError, ValueError, NotImplementedError):
+        return None
+    return size if isinstance(size, int) else None
 
 
 class CommonCrawlReader(ShardLoop, BaseDiskReader):
@@ -189,7 +201,7 @@ class CommonCrawlReader(ShardLoop, BaseDiskReader):
                 fmt = detect_format(peek, filepath)
             snapshot = _SNAPSHOT_RE.search(filepath)
             ctx = {"cc_snapshot": snapshot.group(0) if snapshot else None, "file": filepath,
-                   "source": self._source_path(filepath)}
+                   "source": self._source_path(filepath), "size": _size(raw)}
             stream = ByteStream(raw, gz)
             if fmt == "arc":
                 yield from self._read_arc(stream, ctx)
@@ -211,6 +223,8 @@ class CommonCrawlReader(ShardLoop, BaseDiskReader):
         if ctx.get("cc_snapshot"):
             meta["cc_snapshot"] = ctx["cc_snapshot"]
         offset, length, skip = loc
+        if length is None and ctx["size"] is not None:  # the member's end is not known yet: read to the file's end
+            length = ctx["size"] - offset
         meta["source_file"], meta["source_offset"], meta["source_length"] = ctx["source"], offset, length
         if skip:
             meta["source_skip"] = skip
