@@ -47,11 +47,11 @@ from typing import Literal
 import numpy as np
 from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from cuvee.classifiers.scoring import CorpusPhaseStep, save_rank_file
 from cuvee.kernel.atomic import write_json
-from cuvee.kernel.config import did_you_mean
+from cuvee.kernel.config import StrictModel, did_you_mean
 from cuvee.pipeline.recipe import RecipeError
 from cuvee.pipeline.registry import (
     Barrier,
@@ -64,10 +64,10 @@ from cuvee.pipeline.registry import (
 KEY_PATTERN = r"^[A-Za-z0-9_.-]+$"
 
 
-class EnsembleMember(BaseModel):
+class EnsembleMember(StrictModel):
     """One scorer of the ensemble: the metadata key an earlier stage wrote, its direction and weight."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     key: str = Field(..., pattern=KEY_PATTERN, description="metadata key holding the score, e.g. fasttext_quality_score")
     higher_is_better: bool = Field(True, description="false for scores where lower is better (perplexity bits per byte)")

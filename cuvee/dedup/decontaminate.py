@@ -28,7 +28,7 @@ from typing import Literal
 import numpy as np
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from cuvee.dedup.embed_store import EmbedStore, RowWalker, gather, id_hash, store_dir
 from cuvee.dedup.files import AtomicWriter, load_array, rank_file, save_array
@@ -44,6 +44,7 @@ from cuvee.dedup.steps import lean_filter_run
 from cuvee.evaltasks import EvalTaskError
 from cuvee.evaltasks import items as eval_items
 from cuvee.kernel.atomic import write_json
+from cuvee.kernel.config import StrictModel
 from cuvee.kernel.stamps import first_change, restamp, stamps
 from cuvee.pipeline.recipe import RecipeError
 from cuvee.pipeline.registry import (
@@ -63,10 +64,10 @@ def counter_name(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "eval"
 
 
-class EvalSetParams(BaseModel):
+class EvalSetParams(StrictModel):
     """One eval set: a local file (``path``) or an lm-evaluation-harness task (``task``) read from local copies."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     name: str | None = Field(None, description="benchmark name in counters and reports (default: task name or "
                                                "file stem)")
@@ -89,10 +90,10 @@ class EvalSetParams(BaseModel):
         return self
 
 
-class MeaningParams(BaseModel):
+class MeaningParams(StrictModel):
     """Decontamination by meaning: the embed stage's document vectors against the eval items' vectors."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True)
 
     threshold: float = Field(0.85, gt=0, lt=1, description="cosine between a document's vector and an item's at or "
                                                            "above which the item is found")

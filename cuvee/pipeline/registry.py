@@ -35,7 +35,7 @@ class StageParams(StrictModel):
     """Base for every stage's parameters: the kernel's strict base (unknown keys and non-finite numbers are
     errors, not silently ignored), frozen because a built stage must not change under its plan."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True)
 
     def metadata_fields(self) -> dict[str, str]:
         """Metadata keys this stage writes, with their Parquet types ("string", "double", "int64", "bool"):
