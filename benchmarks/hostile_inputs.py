@@ -4,10 +4,12 @@
     python benchmarks/hostile_inputs.py                 # every case
     python benchmarks/hostile_inputs.py --only 5,6 --keep
 
-The cases (benchmarks/_faults/hostile.py, by issue #37's failure number): quality_ensemble weights whose sum
-overflows or underflows (3), pages of 20,000 and 100,000 nested <div> through extractor: resiliparse (5), a mix
-search asking more mixtures than fit 1e-3 apart, and as many as fit (6), a run out of disk on a small tmpfs
-(as root) and past a file size limit (7). Exit status 1 if any case fails; the table is printed at the end.
+The cases (benchmarks/_faults/hostile.py, by issue #37's failure number): an lm-eval task whose include arrives
+through a YAML merge key and names a !function (1), a Latin-1 eval file (2), quality_ensemble weights whose sum
+overflows or underflows (3), an LLM answer with a lone surrogate (4), pages of 20,000 and 100,000 nested <div>
+through extractor: resiliparse (5), a mix search asking more mixtures than fit 1e-3 apart, and as many as fit (6), a run out of disk on a small tmpfs
+(as root) and past a file size limit (7), and the issue's "also" line as 0: rephrase --where on a field no
+document has, CUVEE_EVAL_DATA holding $(. Exit status 1 if any case fails; the table is printed at the end.
 """
 
 from __future__ import annotations

@@ -261,13 +261,140 @@ def file_size_limit(tmp: Path, log: Path) -> Observed:
     return Observed(ok and in_log and done, f"{what}; traceback in the task log: {in_log}; without the limit the "
                                             f"rerun {'finished' if done else 'failed'}", dt + dt2)
 
+# --------------------------------------------------------------------- 1: task code through a YAML merge key
+LM_ROWS = [{"question": f"Which material is item {i} of the old inventory made of?", "choices": ["wood", "stone"],
+            "label": i % 2} for i in range(3)]
 
-CASES = [  # (issue #37 failure, name, case)
+
+def task_code_through_a_merge_key(tmp: Path, log: Path) -> Observed:
+    """An lm-eval task whose ``include:`` arrives through a merge key, the included file naming a ``!function``
+    that writes a sentinel: ``cuvee mix search`` with that ``lm_eval:`` target must refuse it, running nothing."""
+    sentinel = tmp / "payload_ran"
+    (tmp / "payload.py").write_text(f"import pathlib\npathlib.Path({str(sentinel)!r}).write_text('ran')\n"
+                                    "def process_docs(ds):\n    return ds\n")
+    (tmp / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in LM_ROWS))
+    (tmp / "inc.yaml").write_text("process_docs: !function payload.process_docs\n")
+    body = {"task": "evil", "dataset_path": "json", "dataset_kwargs": {"data_files": {"test": "items.jsonl"}},
+            "test_split": "test", "output_type": "multiple_choice", "doc_to_text": "{{question}}",
+            "doc_to_choice": "{{choices}}", "doc_to_target": "{{label}}"}
+    task = tmp / "evil.yaml"
+    task.write_text("metadata: &b {include: inc.yaml}\n<<: *b\n" + yaml.safe_dump(body, sort_keys=False))
+    cfg = yaml.safe_load(_search_config(tmp, 3).read_text())
+    cfg["targets"] = [{"name": "qa", "lm_eval": str(task)}]
+    r, dt = _timed(cuvee("mix", "search", _yaml(tmp / "search_task.yaml", cfg), "--dry-run"), log, 180)
+    if r is None:
+        return Observed(False, "still running after 180 s", dt)
+    ok, line = one_line_refusal(r)
+    ran = sentinel.exists()
+    return Observed(ok and not ran and "inc.yaml" in line, f"{line[:150]}; payload ran: {ran}", dt)
+
+
+# --------------------------------------------------------------------- 2: a Latin-1 eval file
+def latin1_eval_file(tmp: Path, log: Path) -> Observed:
+    """A decontaminate eval file in Latin-1 with an accented item: refused in one line before work (it was read
+    with errors='replace', its accented n-grams lost, and counted checked, found 0)."""
+    item = "Le garçon mangea une crème brûlée très sucrée au café près de la fenêtre pendant que son frère lisait"
+    evals = tmp / "eval.txt"
+    evals.write_bytes(f"first item\n{item}\n".encode("latin-1"))
+    recipe = _yaml(tmp / "recipe.yaml", {"name": "latin1", "input": {"paths": [str(REPO / "data" / "sample")]},
+                                         "stages": [{"stage": "decontaminate", "eval_sets": [{"path": str(evals)}]}]})
+    r, dt = _timed(cuvee("run", recipe, "--run-dir", tmp / "run"), log, 180)
+    if r is None:
+        return Observed(False, "still running after 180 s", dt)
+    ok, line = one_line_refusal(r)
+    made = (tmp / "run").exists()
+    return Observed(ok and "not UTF-8" in line and not made, f"{line[line.find('eval.txt'):][:150]}; run folder "
+                                                             f"made: {made}", dt)
+
+
+# --------------------------------------------------------------------- 4: an answer with a lone surrogate
+def _rephrase_inputs(tmp: Path, docs: list[dict]) -> Path:
+    run = tmp / "run"
+    (run / "output").mkdir(parents=True)
+    (run / "stats.json").write_text("{}")
+    with open(run / "output" / "part.jsonl", "w") as f:  # json.dumps escapes a lone surrogate as \ud800
+        f.writelines(json.dumps(d) + "\n" for d in docs)
+    return run
+
+
+def rephrase_lone_surrogate(tmp: Path, log: Path) -> Observed:
+    """cuvee's OpenAI-compatible server on loopback answers one document with a lone surrogate (escaped in its
+    JSON, as a broken server sends it): a counted drop, and the rerun finishes asking nothing again."""
+    from cuvee.classifiers.llm_server import serve
+    from cuvee.rephrase.cli import load_style
+
+    style = load_style("wikipedia")
+
+    def respond(prompt: str, max_tokens: int, chat: bool = True):
+        doc = style.extract(prompt) or ""
+        text = "Here \ud800 broken" if "BAD-ANSWER" in prompt else " ".join(reversed(doc.split()))
+        return text, len(prompt.split()), len(text.split())
+
+    texts = [f"Document {i} tells of the river, the valley and the harbour town number {i}." for i in range(5)]
+    docs = [{"id": f"d{i}", "text": t} for i, t in enumerate(texts)] + [{"id": "bad", "text": "BAD-ANSWER " + texts[0]}]
+    run, out = _rephrase_inputs(tmp, docs), tmp / "rephrased"
+    with serve(responder=respond, model_name="m") as srv:
+        argv = cuvee("rephrase", run, "--out", out, "--prompt", "wikipedia", "--model", "m", "--endpoint", srv.url,
+                     "--max-input-tokens", "0", "--retries", "0")
+        r, dt = _timed(argv, log, 180)
+        asked = srv.requests
+        again, dt2 = _timed(argv, log, 180)
+        asked_again = srv.requests - asked
+    if r is None or again is None:
+        return Observed(False, "still running after 180 s", dt + dt2)
+    try:
+        first = json.loads(r.stdout)["this_run"]
+        second = json.loads(again.stdout)["this_run"]
+    except (ValueError, KeyError):
+        return Observed(False, f"rc {r.returncode}/{again.returncode}: {_lines(r)[-1:]}", dt + dt2)
+    ok = (r.returncode == 0 and first["dropped_by_reason"] == {"invalid_unicode": 1} and first["kept"] == 5
+          and again.returncode == 0 and second["already_done"] == 6 and asked_again == 0)
+    return Observed(ok, f"kept {first['kept']}, dropped {first['dropped_by_reason']}; rerun: already done "
+                        f"{second.get('already_done')}, {asked_again} requests", dt + dt2)
+
+
+# --------------------------------------------------------------------- also: the same rules on every command
+def rephrase_where_on_a_missing_field(tmp: Path, log: Path) -> Observed:
+    """``--where`` on a field no document has: refused in one line, as ``cuvee mix`` refuses it (it exited 0
+    having generated nothing)."""
+    run = _rephrase_inputs(tmp, [{"id": f"d{i}", "text": f"Document {i} about rivers."} for i in range(3)])
+    r, dt = _timed(cuvee("rephrase", run, "--out", tmp / "out", "--prompt", "wikipedia", "--model", "m",
+                         "--endpoint", "http://127.0.0.1:9", "--max-input-tokens", "0",
+                         "--where", "{page_type: {gt: 5}}"), log, 120)
+    if r is None:
+        return Observed(False, "still running after 120 s", dt)
+    ok, line = one_line_refusal(r)
+    return Observed(ok and "page_type" in line, line[:160], dt)
+
+
+def eval_data_with_a_shell_substitution(tmp: Path, log: Path) -> Observed:
+    """``CUVEE_EVAL_DATA`` holding ``$(``: one line naming it (it was 'unexpected AttributeError'); no shell runs."""
+    evals = tmp / "eval.txt"
+    evals.write_text("an item about the harbour town and its river valley in the north of the country\n")
+    recipe = _yaml(tmp / "recipe.yaml", {"name": "envvar", "input": {"paths": [str(REPO / "data" / "sample")]},
+                                         "stages": [{"stage": "decontaminate",
+                                                     "eval_sets": [{"path": "${CUVEE_EVAL_DATA}/eval.txt"}]}]})
+    argv = cuvee("validate", recipe)
+    r = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=120,
+                       env={**env(), "CUVEE_EVAL_DATA": f"$(touch {tmp}/shell_ran)"})
+    with open(log, "a") as fh:
+        fh.write(f"\n$ CUVEE_EVAL_DATA='$(...)' {' '.join(map(str, argv))}\n{r.stdout}{r.stderr}[rc {r.returncode}]\n")
+    ok, line = one_line_refusal(r)
+    ran = (tmp / "shell_ran").exists()
+    return Observed(ok and "CUVEE_EVAL_DATA" in line and not ran, f"{line[:160]}; shell ran: {ran}", 0.0)
+
+
+CASES = [  # (issue #37 failure, name, case); 0: the issue's "also" line
+    (1, "task code through a YAML merge key, lm_eval target of mix search", task_code_through_a_merge_key),
+    (2, "decontaminate eval file in Latin-1", latin1_eval_file),
     (3, "quality_ensemble weighted, equal weights 1e308 and 5e-324", ensemble_extreme_weights),
+    (4, "rephrase answer with a lone surrogate", rephrase_lone_surrogate),
     (5, "extract resiliparse, 20,000 and 100,000 nested <div>", resiliparse_nested_pages),
     (6, "mix search, 2 sources x 2000 mixtures", mix_search_too_many_mixtures),
     (6, "mixture sampler, 2 sources x 1000 and x 1498", sampler_up_to_the_bound),
     (6, "mix search --dry-run, 2 sources x 1000 mixtures", mix_search_many_mixtures_that_fit),
     (7, "cuvee run out of disk (300 KB tmpfs)", disk_full),
     (7, "cuvee run past the file size limit (ulimit -f)", file_size_limit),
+    (0, "rephrase --where on a field no document has", rephrase_where_on_a_missing_field),
+    (0, "CUVEE_EVAL_DATA holding $(", eval_data_with_a_shell_substitution),
 ]
