@@ -87,3 +87,14 @@ def test_a_weight_far_below_the_others_counts_only_where_it_is_alone(tmp_path):
     for d, b in zip(docs[:6], got[:6]):
         frac = Fraction(sum(x < d["a_score"] for x in xs) + sum(x <= d["a_score"] for x in xs), 2 * len(xs))
         assert b == min(BUCKETS - 1, math.floor(BUCKETS * frac))
+
+
+def test_a_mean_on_a_bucket_boundary_lands_in_that_bucket(tmp_path):
+    """Ten documents; the first is ranked 1st, 7th and 10th by the three members: percentiles 1/20, 13/20, 19/20,
+    mean 11/20, bucket 11 exactly. Summed in floats the mean came out just below 0.55 and the bucket was 10."""
+    docs = [{k: float(i) for k in KEYS} for i in range(10)]
+    docs[0] = {"a_score": -1.0, "b_score": 6.5, "c_score": 99.0}
+    ref = _mean_reference(docs)
+    assert ref[0] == 11
+    assert _buckets(tmp_path, docs, "mean") == ref
+    assert _buckets(tmp_path, docs, "weighted", (2.0, 2.0, 2.0)) == ref

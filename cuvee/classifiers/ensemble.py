@@ -15,8 +15,8 @@ unchanged), one phase merges and sorts them, and a step after the barrier assign
   percentile for that member (counted as ``missing_<key>``) and is combined over the members it has; with none,
   it gets no bucket (counted as ``no_score``; a mix ``where:`` on the bucket then never selects it);
 * ``combine: max`` (default) takes the largest member percentile, ``mean`` their mean, ``weighted`` the mean
-  weighted by each member's ``weight`` (only their ratios count: each is divided by the largest the document
-  has, so no sum overflows and equal weights are exactly ``mean``); ``<name>_bucket = min(buckets-1, floor(buckets * combined))``, an
+  weighted by each member's ``weight`` (only their ratios count, in exact rationals, so no sum overflows, equal
+  weights are exactly ``mean`` and a combined score on a bucket boundary lands in that bucket); ``<name>_bucket = min(buckets-1, floor(buckets * combined))``, an
   integer in [0, buckets-1] (higher = better). For ``max`` it is computed in integers, so no rounding can move
   a document across a bucket edge.
 
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 from pathlib import Path
 from typing import Literal
 
@@ -253,10 +254,10 @@ class EnsembleBucketer(PipelineStep):
                 continue
             if self.combine == "max":  # floor(b * max_i n_i / den_i), in integers
                 bucket = max(min(b - 1, (b * n) // den) for n, den, _ in have)
-            else:  # weights over the largest present one: in (0, 1], so no sum can overflow and equal weights are 1
-                top = max(wt for _, _, wt in have)
-                w = [1.0 if self.combine == "mean" else wt / top for _, _, wt in have]
-                combined = sum((n / den) * wt for (n, den, _), wt in zip(have, w)) / sum(w)
+            else:  # exact rationals: a mean on a bucket boundary (11/20) lands in that bucket, not below it by a
+                # float's rounding; weights count only by their ratios (equal ones are 'mean'), and none overflows
+                w = [Fraction(1) if self.combine == "mean" else Fraction(wt) for _, _, wt in have]
+                combined = sum(Fraction(n, den) * wt for (n, den, _), wt in zip(have, w)) / sum(w)
                 bucket = min(b - 1, math.floor(b * combined))
             d.metadata[self.bucket_key] = int(bucket)
             self.stat_update(f"bucket_{bucket}")
