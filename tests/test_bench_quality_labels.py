@@ -75,9 +75,11 @@ def by_name(res: dict) -> dict:
 
 def test_table_has_members_ensembles_and_floor_and_counts_every_row(result, capsys):
     rows = by_name(result)
-    assert {"member: demo_fasttext", "member: language", "member: fasttext_xfit"} <= set(rows)
+    assert {"member: demo_fasttext", "member: language", "member: fasttext_xfit", "member: dclm_standin",
+            "member: perplexity"} <= set(rows)
     ens = {(r["subset"], r["combine"], r["buckets"]): r["members"] for r in result["rows"] if r["kind"] == "ensemble"}
-    every = ["demo_fasttext", "language", "fasttext_xfit"]  # minilm skipped here, so no "trained" pair
+    # minilm skipped here, so no "trained" pair; perplexity under the shipped reference LM by default
+    every = ["demo_fasttext", "language", "dclm_standin", "fasttext_xfit", "perplexity"]
     assert ens == {("all", "max", 20): every, ("all", "max", 10000): every, ("all", "mean", 20): every,
                    ("all", "mean", 10000): every, ("shipped", "max", 20): every[:2], ("shipped", "mean", 20): every[:2]}
     assert "floor: document length (chars)" in rows
@@ -98,7 +100,8 @@ def test_each_auc_is_the_auc_of_the_real_scorers_scores(result):
     y = np.array(result["labels"])
     for r in result["rows"]:
         assert len(r["scores"]) == result["n"]
-        assert r["auc"] == pytest.approx(roc_auc(y, np.array(r["scores"])), abs=1e-4)
+        sign = -1 if r["name"] == "member: perplexity" else 1  # bits per byte: lower is better
+        assert r["auc"] == pytest.approx(roc_auc(y, sign * np.array(r["scores"])), abs=1e-4)
         assert r["ci95"][0] <= r["ci95"][1]
     # the demo member is the shipped model's output on the inspected documents, in file order
     texts = bench.load_hplt(result["tsv"]).texts
@@ -122,10 +125,19 @@ def test_ensemble_column_is_the_stage_rule(result):
     """Percentile rank (#< + #<=)/2N per member, combined by max / mean, floor(buckets * combined)."""
     rows = by_name(result)
     for r in (r for r in result["rows"] if r["kind"] == "ensemble"):
-        members = [np.array(rows[f"member: {m}"]["scores"]) for m in r["members"]]
+        members = [np.array(rows[f"member: {m}"]["scores"]) * (-1 if m == "perplexity" else 1) for m in r["members"]]
         pct = np.array([[percentileofscore(m, v, kind="mean") / 100 for v in m] for m in members])
         combined = pct.max(axis=0) if r["combine"] == "max" else pct.mean(axis=0)
         assert r["scores"] == [min(r["buckets"] - 1, math.floor(r["buckets"] * c + 1e-9)) for c in combined]
+
+
+def test_the_viewers_line_between_two_halves_is_not_document_text(tmp_path):
+    path = write_hplt(tmp_path / "halves.tsv", n_good=2, n_bad=0, n_uninspected=0)
+    halves = "First half of a page about rivers.\n..........\nSecond half, three paragraphs later."
+    with open(path, "a", encoding="utf-8", newline="") as f:
+        csv.writer(f, delimiter="\t").writerow(["", "", "1", halves, "h"])
+    texts = bench.load_hplt(path).texts
+    assert texts[-1] == "First half of a page about rivers.\nSecond half, three paragraphs later."
 
 
 def test_ellipse_label_rule_and_counted_skips(tmp_path):
