@@ -116,8 +116,12 @@ def one_node_cluster(workdir: Path, cpus: int | None = None):
         subprocess.run(["pkill", "-f", f"slurm(ctld|d) -f {conf}"], capture_output=True)
         time.sleep(1)
         subprocess.run(["pkill", "-9", "-f", f"slurm(ctld|d) -f {conf}"], capture_output=True)
-        if started_munge:
+        if started_munge:  # and wait until it is gone: a cluster started next must not find a dying one alive
             subprocess.run(["pkill", "-x", "munged"], capture_output=True)
+            deadline = time.time() + 20
+            while time.time() < deadline and subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0:
+                time.sleep(0.1)
+            subprocess.run(["pkill", "-9", "-x", "munged"], capture_output=True)
         if old is None:
             os.environ.pop("SLURM_CONF", None)
         else:
