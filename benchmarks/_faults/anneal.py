@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from _faults.common import (
     lock_held,
     product,
     t_into_work,
+    temporaries,
     without_keys,
 )
 from _faults.driver import Scenario
@@ -120,8 +120,7 @@ class Anneal(Scenario):
         steps = {arm: [s for s, _ in train_steps(out / "runs" / arm)] for arm in self.arms}
         return {**compare_products(self._product(ref), self._product(out)),
                 "checks": {"each arm's steps logged once": all(len(v) == len(set(v)) for v in steps.values()),
-                           "no temporary left": not any(n.endswith((".cuvee-tmp", ".tmp"))
-                                                        for n in FolderWatch(out).files())}}
+                           "no temporary left": not temporaries(out)}}
 
     def fixed_triggers(self, w: AnnealWatch) -> list:
         self.work_s = w.work_s()
@@ -131,10 +130,6 @@ class Anneal(Scenario):
 
         return [Trigger("plan bound", lambda s, t, ctx: s.bound()), arm(self.arms[0]), t_into_work(0.4 * self.work_s),
                 *map(arm, self.arms[1::2]), Trigger("report.md written", lambda s, t, ctx: s.has("report.md"))]
-
-    def random_trigger(self, rng: random.Random):
-        x = rng.uniform(0.0, self.work_s)
-        return t_into_work(x, f"{x:.2f}s into the work (random)")
 
     def mid_trigger(self, w: AnnealWatch):
         second = self.arms[1]

@@ -19,6 +19,7 @@ from _faults.common import (
     product,
     rewrite_same_size,
     t_into_work,
+    temporaries,
     without_keys,
 )
 from _faults.driver import Scenario
@@ -85,10 +86,6 @@ class _OwnedFile(Scenario):
         return [Trigger("lock taken", lambda s, t, ctx: s.bound()), t_into_work(0.5 * self.work_s),
                 Trigger("its temporary being written", lambda s, t, ctx: bool(s.state()["tmp"])),
                 Trigger(f"{self.file_name} written", lambda s, t, ctx: s.file.exists())]
-
-    def random_trigger(self, rng: random.Random):
-        x = rng.uniform(0.0, self.work_s)
-        return t_into_work(x, f"{x:.2f}s into the work (random)")
 
     def mid_trigger(self, w: FileWatch):
         return t_into_work(0.4 * w.work_s())
@@ -168,7 +165,7 @@ class ClassifyHead(Scenario):
 
     def compare(self, ref: Path, out: Path) -> dict:
         return {**compare_products(product(ref, norm=self.norm(ref)), product(out, norm=self.norm(out))),
-                "checks": {"no temporary left": not any(n.endswith(".cuvee-tmp") for n in FolderWatch(out).files())}}
+                "checks": {"no temporary left": not temporaries(out)}}
 
     def fixed_triggers(self, w: FolderWatch) -> list:
         self.work_s = w.work_s()

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from cuvee.kernel.atomic import TEMP_SUFFIX, is_temp
+
 REPO = Path(__file__).resolve().parents[2]
 POLL_S = 0.01
 
@@ -194,6 +196,22 @@ class FileSave:
     def restore(self) -> None:
         self.path.write_bytes(self.data)
         os.utime(self.path, ns=self.times)
+
+
+def temporaries(out: Path) -> list[str]:
+    """Files below ``out`` that a writer left as temporaries, by the kernel's own rule (the one its sweep uses)."""
+    return [n for n in FolderWatch(out).files() if TEMP_SUFFIX in n or is_temp(Path(n))]
+
+
+def source_b_changes(scn) -> list:
+    """The changed inputs of a command reading sources a and b (mix, tokenizer train): source b's file rewritten at
+    the same size, and the config pointed at another file for b (``scn.other``)."""
+    def rewritten():
+        return rewrite_same_size(scn.tmp / "in" / "b.jsonl", swap_case_edit).restore
+
+    return [("a source file rewritten at the same size", rewritten, None),
+            ("another source file for source b (config edited)", lambda: (lambda: None),
+             lambda out: scn.argv(out, scn.other))]
 
 
 def rewrite_same_size(path: Path, edit) -> FileSave:

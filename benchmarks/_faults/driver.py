@@ -42,6 +42,7 @@ from _faults.common import (
     run_until,
     snapshot,
     snapshot_diff,
+    t_into_work,
     thin,
 )
 
@@ -67,6 +68,11 @@ class Scenario:
         """The scenario's fixed kill points thinned to n - 1, then one random point inside the work."""
         picked = thin(self.fixed_triggers(w), max(1, n - 1))
         return picked + [self.random_trigger(rng)] if n > 1 else picked
+
+    def random_trigger(self, rng: random.Random):
+        """A random point inside the work, timed from the reference run (``self.work_s``, set by fixed_triggers)."""
+        x = rng.uniform(0.0, self.work_s)
+        return t_into_work(x, f"{x:.2f}s into the work (random)")
 
     def out(self, tmp: Path, tag) -> Path:
         return tmp / str(tag)

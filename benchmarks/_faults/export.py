@@ -8,7 +8,6 @@ cuvee folder would lose its files."""
 
 from __future__ import annotations
 
-import random
 import shutil
 import subprocess
 from pathlib import Path
@@ -23,6 +22,7 @@ from _faults.common import (
     lock_held,
     product,
     t_into_work,
+    temporaries,
 )
 from _faults.driver import Scenario
 from _faults.train import write_config
@@ -64,17 +64,13 @@ class ExportHF(Scenario):
 
     def compare(self, ref: Path, out: Path) -> dict:
         return {**compare_products(product(ref), product(out)),
-                "checks": {"no temporary left": not any(n.endswith(".cuvee-tmp") for n in FolderWatch(out).files())}}
+                "checks": {"no temporary left": not temporaries(out)}}
 
     def fixed_triggers(self, w: FolderWatch) -> list:
         self.work_s = w.work_s()
         return [Trigger("export folder bound", lambda s, t, ctx: s.bound()), t_into_work(0.3 * self.work_s),
                 Trigger("config.json written", lambda s, t, ctx: s.has("config.json")),
                 Trigger("model.safetensors written", lambda s, t, ctx: s.has("model.safetensors"))]
-
-    def random_trigger(self, rng: random.Random):
-        x = rng.uniform(0.0, self.work_s)
-        return t_into_work(x, f"{x:.2f}s into the export (random)")
 
     def mid_trigger(self, w: FolderWatch):
         return Trigger("config.json written", lambda s, t, ctx: s.has("config.json"))

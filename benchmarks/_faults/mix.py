@@ -13,9 +13,9 @@ from _faults.common import (
     Trigger,
     cuvee,
     lock_held,
-    rewrite_same_size,
-    swap_case_edit,
+    source_b_changes,
     t_after_bound,
+    temporaries,
 )
 from _faults.driver import Scenario
 
@@ -127,18 +127,11 @@ class Mix(Scenario):
         want, got = _content(ref), _content(out)
         return {"dup": 0, "loss": sum(1 for k in want if k not in got), "extra": sum(1 for k in got if k not in want),
                 "changed": sum(1 for k in got if k in want and got[k] != want[k]),
-                "checks": {"no .tmp or .cache left": not any(n.endswith(".tmp") or n == ".cache"
-                                                            for n in (p.name for p in out.iterdir()))
-                           if out.exists() else True,
+                "checks": {"no temporary or .cache left": not temporaries(out) and not (out / ".cache").exists(),
                            "shards verify against the manifest": _verify(out)}}
 
     def changes(self):
-        def rewritten():
-            return rewrite_same_size(self.tmp / "in" / "b.jsonl", swap_case_edit).restore
-
-        return [("a source file rewritten at the same size", rewritten, None),
-                ("another source file for source b (config edited)", lambda: (lambda: None),
-                 lambda out: self.argv(out, self.other))]
+        return source_b_changes(self)
 
     def busy(self, out: Path) -> bool:
         return lock_held(out / ".cuvee.lock") and (out / ".cuvee-plan.json").exists()

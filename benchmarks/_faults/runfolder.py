@@ -12,7 +12,6 @@ a changed input or another recipe as the run folder does."""
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from _faults.common import (
     rewrite_same_size,
     swap_case_edit,
     t_into_work,
+    temporaries,
     without_keys,
 )
 from _faults.driver import Scenario
@@ -83,17 +83,13 @@ class Card(Scenario):
 
     def compare(self, ref: Path, out: Path) -> dict:
         return {**compare_products(product(ref), product(out)),
-                "checks": {"no temporary left": not any(n.endswith(".cuvee-tmp") for n in FolderWatch(out).files())}}
+                "checks": {"no temporary left": not temporaries(out)}}
 
     def fixed_triggers(self, w: LockWatch) -> list:
         self.work_s = w.work_s()
         return [Trigger("card folder locked", lambda s, t, ctx: s.bound()), t_into_work(0.5 * self.work_s),
                 Trigger("hash record written (files next)", lambda s, t, ctx: s.has(".cuvee-card.json")),
                 Trigger("README.md written", lambda s, t, ctx: s.has("README.md"))]
-
-    def random_trigger(self, rng: random.Random):
-        x = rng.uniform(0.0, self.work_s)
-        return t_into_work(x, f"{x:.2f}s into the work (random)")
 
     def mid_trigger(self, w: LockWatch):
         return t_into_work(0.4 * w.work_s())
@@ -152,10 +148,6 @@ class Stats(Scenario):
     def fixed_triggers(self, w: LockWatch) -> list:
         self.work_s = w.work_s(0.3)
         return [Trigger("run folder locked", lambda s, t, ctx: s.bound()), t_into_work(0.5 * self.work_s)]
-
-    def random_trigger(self, rng: random.Random):
-        x = rng.uniform(0.0, self.work_s)
-        return t_into_work(x, f"{x:.2f}s into the work (random)")
 
     def mid_trigger(self, w: LockWatch):
         return Trigger("run folder locked", lambda s, t, ctx: s.bound())

@@ -6,7 +6,6 @@ the records, report and pick must be the reference's (timings and the folder's p
 from __future__ import annotations
 
 import json
-import random
 from collections import Counter
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from _faults.common import (
     lock_held,
     rewrite_same_size,
     swap_case_edit,
-    t_into_work,
+    temporaries,
     without_keys,
 )
 from _faults.driver import Scenario
@@ -135,8 +134,7 @@ class MixSearch(Scenario):
                 "extra": sum(1 for k in got if k not in want),
                 "changed": sum(1 for k in got if k in want and got[k] != want[k]),
                 "checks": {"the rerun trained exactly the jobs with no record": sorted(after) == sorted(set(JOBS) - recorded),
-                           "no temporary left": not any(n.endswith((".cuvee-tmp", ".tmp"))
-                                                        for n in FolderWatch(out).files())}}
+                           "no temporary left": not temporaries(out)}}
 
     def fixed_triggers(self, w: SearchWatch) -> list:
         self.work_s = w.work_s()
@@ -147,10 +145,6 @@ class MixSearch(Scenario):
         return [Trigger("plan bound", lambda s, t, ctx: s.bound()),
                 Trigger("plan.json written (sources tokenized)", lambda s, t, ctx: s.has("plan.json")),
                 recorded(1), recorded(2), recorded(3), Trigger("report.md written", lambda s, t, ctx: s.has("report.md"))]
-
-    def random_trigger(self, rng: random.Random):
-        x = rng.uniform(0.0, self.work_s)
-        return t_into_work(x, f"{x:.2f}s into the work (random)")
 
     def mid_trigger(self, w: SearchWatch):
         return Trigger(f"1 of {len(JOBS)} proxies recorded (the 2nd in training)", lambda s, t, ctx: len(s.records()) >= 1)

@@ -19,8 +19,9 @@ from _faults.common import (
     lock_held,
     product,
     rewrite_same_size,
-    swap_case_edit,
+    source_b_changes,
     t_after_bound,
+    temporaries,
     without_keys,
 )
 from _faults.driver import Scenario
@@ -67,8 +68,7 @@ class _Tokenizer(Scenario):
 
     def compare(self, ref: Path, out: Path) -> dict:
         return {**compare_products(product(ref, norm=self.norm(ref)), product(out, norm=self.norm(out))),
-                "checks": {"no temporary file left": not any(".cuvee-tmp" in n or n.endswith(".tmp")
-                                                             for n in FolderWatch(out).files())}}
+                "checks": {"no temporary left": not temporaries(out)}}
 
     def fixed_triggers(self, w: FolderWatch) -> list:
         self.work_s = w.work_s()
@@ -106,12 +106,7 @@ class TokenizerTrain(_Tokenizer):
         return cuvee("tokenizer", "train", config or self.config, "--vocab-size", 2000, "--out", out)
 
     def changes(self):
-        def rewritten():
-            return rewrite_same_size(self.tmp / "in" / "b.jsonl", swap_case_edit).restore
-
-        return [("a source file rewritten at the same size", rewritten, None),
-                ("another source file for source b (config edited)", lambda: (lambda: None),
-                 lambda out: self.argv(out, self.other))]
+        return source_b_changes(self)
 
 
 class TokenizerExtend(_Tokenizer):
