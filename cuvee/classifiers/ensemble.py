@@ -254,9 +254,13 @@ class EnsembleBucketer(PipelineStep):
                 continue
             if self.combine == "max":  # floor(b * max_i n_i / den_i), in integers
                 bucket = max(min(b - 1, (b * n) // den) for n, den, _ in have)
-            else:  # exact rationals: a mean on a bucket boundary (11/20) lands in that bucket, not below it by a
-                # float's rounding; weights count only by their ratios (equal ones are 'mean'), and none overflows
-                w = [Fraction(1) if self.combine == "mean" else Fraction(wt) for _, _, wt in have]
+            elif self.combine == "mean":  # floor(b * sum_i n_i / den_i / k), in integers over a common denominator:
+                # a mean on a bucket boundary (11/20) lands in that bucket, not below it by a float's rounding
+                common = math.lcm(*(den for _, den, _ in have))
+                total = sum(n * (common // den) for n, den, _ in have)
+                bucket = min(b - 1, (b * total) // (len(have) * common))
+            else:  # exact rationals (the user's float weights, exactly): only their ratios count, none overflows
+                w = [Fraction(wt) for _, _, wt in have]
                 combined = sum(Fraction(n, den) * wt for (n, den, _), wt in zip(have, w)) / sum(w)
                 bucket = min(b - 1, math.floor(b * combined))
             d.metadata[self.bucket_key] = int(bucket)
