@@ -25,6 +25,7 @@ SlurmdPidFile={d}/slurmd.pid
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=1,bf_interval=1,sched_min_interval=100000
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 ReturnToService=2

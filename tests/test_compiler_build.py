@@ -46,7 +46,7 @@ def _filters_of_every_stage(exclusions_dir):
     for name, spec in all_stages().items():
         if name in NEEDS_A_MODEL:
             continue
-        earlier = (("embed", all_stages()["embed"].params()),) if name == "semantic_dedup" else ()  # its vectors
+        earlier = (("embed", all_stages()["embed"].params()),) if name in ("semantic_dedup", "cluster") else ()  # their vectors
         ctx = BuildContext(Path("/nonexistent/run"), Path("/nonexistent/run/work"), 1, 3, name,
                            exclusions_dir=exclusions_dir, earlier=earlier)
         built = spec.build(spec.params.model_validate(REQUIRED.get(name, {})), ctx)

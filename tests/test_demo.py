@@ -7,13 +7,10 @@ is not the checkout, as a user would."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 
-def test_cuvee_demo_runs_end_to_end(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "cuvee.cli", "demo", "--run-dir", "demo"], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=600)
+def test_cuvee_demo_runs_end_to_end(demo_run):
+    tmp_path, r = demo_run  # conftest: one `cuvee demo` run, shared with tests/test_kernel_seams.py
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "[balanced]" in r.stdout and "dataset card:" in r.stdout
     run = tmp_path / "demo"

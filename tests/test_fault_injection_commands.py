@@ -11,6 +11,7 @@ folder is the same kernel workdir as every other here; tests/test_kernel_seams.p
 
 import random
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -34,14 +35,35 @@ def test_every_writing_command_has_a_scenario():
     assert set(WRITERS) - {"demo"} <= driven, set(WRITERS) - {"demo"} - driven
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("command", CI)
-def test_kill_rerun_changed_input_concurrent_and_foreign(command, tmp_path):
-    scn = scenario(command, tmp_path, seed=0, quick=True)
+def _drive(command: str, tmp: Path):
+    """One command's quick drive (or the exception it raised, re-raised by that command's test)."""
+    scn = None
     try:
-        res = drive(scn, tmp_path, points=1, rng=random.Random(0), say=lambda s: None, quick=True)
+        scn = scenario(command, tmp, seed=0, quick=True)
+        return drive(scn, tmp, points=1, rng=random.Random(0), say=lambda s: None, quick=True)
+    except Exception as e:  # noqa: BLE001 - reported by the command's own test
+        return e
     finally:
         getattr(scn, "close", lambda: None)()
+
+
+@pytest.fixture(scope="module")
+def driven(tmp_path_factory) -> dict:
+    """Every command's drive, two at a time: a drive is subprocesses of one CPU thread each plus a polling parent,
+    so on a 2-core machine two drives take about the time of one. Each drive has its own folders, its own
+    loopback server where it needs one and event-based kill points (counts and jobs, never a time), so running
+    beside another changes nothing it checks."""
+    tmp = tmp_path_factory.mktemp("faults")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(CI, pool.map(lambda c: _drive(c, tmp / c.replace(" ", "_")), CI)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", CI)
+def test_kill_rerun_changed_input_concurrent_and_foreign(command, driven):
+    res = driven[command]
+    if isinstance(res, Exception):
+        raise res
     assert len(res.points) == 1 and "rc" not in res.points[0].kills[0], "the kill did not happen"
     assert not res.failures(), "\n".join(res.failures())
     labels = [r.label for r in res.refusals]

@@ -171,14 +171,13 @@ def _reference(command: str, tmp: Path):
     return scn, ref
 
 
-def _proofs(command: str, tmp: Path) -> set[str]:
+def _proofs(command: str, tmp: Path, demo=None) -> set[str]:
     """Run the command (or reuse its reference), check each proof it should leave; the forms proven."""
     def ref(scenario_name):
         return _reference(scenario_name, tmp / scenario_name)
 
-    if command == "demo":
-        r = subprocess.run([*fi_cuvee("demo", "--run-dir", "demo")], capture_output=True, text=True, env=fi_env(),
-                           cwd=tmp, timeout=900)
+    if command == "demo":  # conftest's one `cuvee demo` run (tests/test_demo.py reads it too)
+        tmp, r = demo
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         _workdir(tmp / "demo", "run")
         _workdir(tmp / "demo" / "mix", "mix")
@@ -226,10 +225,11 @@ def _proofs(command: str, tmp: Path) -> set[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", sorted(WRITERS))
-def test_every_writer_leaves_the_kernels_proof_on_disk(command, tmp_path):
+def test_every_writer_leaves_the_kernels_proof_on_disk(command, tmp_path, request):
     def form(text: str) -> str:  # "run folder lock", "run, mix or training folder lock": a lock of another's folder
         return "folder lock" if text.endswith("folder lock") else text
 
-    proven = {form(f) for f in _proofs(command, tmp_path)}
+    demo = request.getfixturevalue("demo_run") if command == "demo" else None
+    proven = {form(f) for f in _proofs(command, tmp_path, demo)}
     declared = {form(f.strip()) for f in WRITERS[command].split("|")}
     assert declared <= proven, f"{command}: declared {declared}, proven {proven}"

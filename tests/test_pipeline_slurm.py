@@ -66,17 +66,20 @@ def test_rerun_while_submitted_jobs_are_queued_is_refused(cluster, tmp_path):
 
 
 def test_demo_recipe_unchanged_on_slurm_matches_local(cluster, tmp_path, repo_root):
-    """The same recipe file scales from local to SLURM: only the executor is overridden. Its dedup stages
-    chain segments and whole-corpus phases through sbatch dependencies (datatrove's `depends`)."""
+    """The same recipe file scales from local to SLURM: only the executor is overridden (and, to keep the test
+    short, both runs read the first 150 records of each input file). Its dedup stages chain segments and
+    whole-corpus phases through sbatch dependencies (datatrove's `depends`)."""
     from huggingface_hub import DatasetCard
 
     from cuvee.card.build import write_card
 
     recipe = repo_root / "recipes" / "demo.yaml"
-    local = run_recipe(recipe, {"run_dir": str(tmp_path / "local")})
-    slurm = run_recipe(recipe, {"run_dir": str(tmp_path / "slurm"),
+    short = {"input": {**yaml.safe_load(recipe.read_text())["input"], "limit": 150}}
+    local = run_recipe(recipe, {"run_dir": str(tmp_path / "local"), **short})
+    slurm = run_recipe(recipe, {"run_dir": str(tmp_path / "slurm"), **short,
                                 "executor": {"kind": "slurm", "tasks": 2, "partition": "debug", "time": "00:20:00",
                                              "mem_per_cpu_gb": 1}})
+    assert local["accounting"]["inputs"]["files_limited"] >= 1  # the limit did cut
     assert slurm["complete"] and slurm["accounting"]["balanced"]
     assert slurm["accounting"]["by_reason"] == local["accounting"]["by_reason"]
     assert slurm["accounting"]["kept"] == local["accounting"]["kept"] > 0

@@ -1,8 +1,8 @@
 """Every command the README shows works on the bundled data as written.
 
 Each fenced ``bash``/``sh``/``shell`` block of README.md runs as one script (``set -e``), as a subprocess, in
-a fresh folder holding the checkout's ``recipes/``, ``mixes/``, ``configs/`` and ``data/`` (a new user's
-working copy, without earlier runs). An install line ``pip install ... && CMD`` runs only ``CMD``; a bare
+README order, in one fresh folder holding the checkout's ``recipes/``, ``mixes/``, ``configs/`` and ``data/``
+(a new user's working copy, who then follows the README from the top: later blocks see earlier blocks' runs). An install line ``pip install ... && CMD`` runs only ``CMD``; a bare
 ``pip install`` line is skipped. ``<!-- no-test: why -->`` on the line before a block skips it (use
 sparingly: the test-suite line, a SLURM submission). Blocks added later are picked up by themselves.
 Inline commands naming a file (``cuvee mix mixes/x.yaml``) must appear in a tested block; placeholders in
@@ -86,12 +86,16 @@ def test_readme_makes_no_false_download_claim():
     assert "common_crawl" in text and "hub" in text
 
 
-@pytest.fixture
-def workdir(tmp_path) -> Path:
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """One working copy for every block, run top to bottom as a reader follows the README: a later block finds
+    what the earlier ones wrote (its `cuvee demo` resumes the finished run instead of redoing it), so a block whose
+    command would clash with an earlier one's folder (another plan, another kind) fails here as it would for them."""
+    tmp = tmp_path_factory.mktemp("readme")
     for name in ("recipes", "mixes", "configs"):
-        shutil.copytree(REPO / name, tmp_path / name)
-    (tmp_path / "data").symlink_to(REPO / "data", target_is_directory=True)  # read-only inputs
-    return tmp_path
+        shutil.copytree(REPO / name, tmp / name)
+    (tmp / "data").symlink_to(REPO / "data", target_is_directory=True)  # read-only inputs
+    return tmp
 
 
 @pytest.mark.slow

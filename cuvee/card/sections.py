@@ -342,6 +342,30 @@ class CardWriter:
                                 "action"], bench))
         return "\n".join(lines) + "\n"
 
+    def embeddings(self) -> str:
+        """The embed stage's model and cost, and the clusters found on its vectors (none: no section)."""
+        emb, clus = self.stats.get("embeddings") or [], self.stats.get("clusters") or []
+        if not emb and not clus:
+            return ""
+        lines = ["## Embeddings and clusters\n"]
+        for e in emb:
+            lines.append(f"Stage {code(e.get('stage'))} embedded {n(e.get('documents'))} documents with "
+                         f"{code(e.get('model'))} ({n(e.get('dim'))} dimensions, the first {n(e.get('max_tokens'))} "
+                         f"word pieces of each) on {', '.join(code(d) for d in e.get('devices') or []) or '–'}: "
+                         f"{n(e.get('cpu_ms_per_doc'))} ms of CPU per document, {n(e.get('wall_s'))} s in the encoder "
+                         f"in all, plus {n(e.get('load_wall_s'))} s loading the model.\n")
+        for c in clus:
+            lines.append(f"Stage {code(c.get('stage'))} put each document in one of {n(c.get('clusters'))} k-means "
+                         f"clusters (`{text(c.get('key'), 60)}` in its metadata; fitted on {n(c.get('fit_documents'))} "
+                         "documents). Terms are the words that most set a cluster apart (share of its documents x "
+                         "log of how much more often they occur there than in the whole output); samples are the "
+                         "first titles or URLs seen.\n")
+            rows = [[n(r.get("cluster")), n(r.get("documents")), pct(r.get("documents"), c.get("documents")),
+                     ", ".join(map(str, r.get("terms") or [])) or "–", " · ".join(map(str, r.get("samples") or [])) or "–"]
+                    for r in c.get("by_cluster") or []]
+            lines.append(table(["cluster", "documents", "share", "terms", "samples"], rows))
+        return "\n".join(lines) + "\n"
+
     def scores(self) -> str:
         keys = sorted(k for k, v in self.prof.scores.items() if v)
         linked, found = thresholds_by_score(self.run.stages, keys)
@@ -462,7 +486,7 @@ class CardWriter:
     def render(self) -> str:
         parts = [
             self.title(), self.partial_banner(), self.summary(), self.sources(), self.processing(), self.funnel(),
-            self.language(), self.dedup(), self.contamination(), self.scores(), self.mix(), *self.after_mix,
+            self.language(), self.dedup(), self.embeddings(), self.contamination(), self.scores(), self.mix(), *self.after_mix,
             self.tokenizer(), self.limitations(), self.citation(),
         ]
         return "\n".join(p for p in parts if p)

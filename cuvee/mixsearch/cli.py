@@ -92,6 +92,9 @@ def mix_search(config, out_dir, dry_run, no_estimate, fresh, as_json, workers, d
     here, in --workers K local processes (--devices 0,1,..), or as SLURM arrays (--slurm)."""
     import json
 
+    from cuvee.mixsearch.config import load_search_config
+
+    load_search_config(config)  # a bad search file is one line before torch and scipy load (seconds)
     from cuvee.mixsearch.report import pick_line
     from cuvee.mixsearch.search import Submitted, run_search
     from cuvee.mixsearch.search import dry_run as plan

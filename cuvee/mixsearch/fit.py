@@ -83,7 +83,12 @@ def _fit_loglinear(w: np.ndarray, y: np.ndarray) -> Fit:
         def resid(p):
             return p[0] + np.exp(np.clip(p[1] + w @ p[2:], -50, 50)) - y
 
-        r = optimize.least_squares(resid, x0, method="trf", x_scale="jac", max_nfev=2000)
+        def jac(p):  # analytic: one evaluation per iteration instead of n + 3 for finite differences
+            z = p[1] + w @ p[2:]
+            e = np.where(np.abs(z) < 50, np.exp(np.clip(z, -50, 50)), 0.0)
+            return np.column_stack([np.ones(len(y)), e, e[:, None] * w])
+
+        r = optimize.least_squares(resid, x0, jac=jac, method="trf", x_scale="jac", max_nfev=2000)
         cost = float(np.sum(r.fun ** 2))
         if best is None or cost < best[0]:
             best = (cost, r.x)
@@ -101,7 +106,15 @@ def _fit_separable(w: np.ndarray, y: np.ndarray) -> Fit:
             k, t = np.exp(np.clip(p[1:1 + n], -50, 50)), np.exp(np.clip(p[1 + n:], -20, 6))
             return p[0] + (k[None, :] * np.exp(-w * t[None, :])).sum(1) - y
 
-        r = optimize.least_squares(resid, x0, method="trf", max_nfev=4000)
+        def jac(p):  # analytic (zero where a parameter is clipped): 2n + 2 fewer evaluations per iteration
+            lk, lt = p[1:1 + n], p[1 + n:]
+            k, t = np.exp(np.clip(lk, -50, 50)), np.exp(np.clip(lt, -20, 6))
+            term = k[None, :] * np.exp(-w * t[None, :])
+            dk = term * ((lk > -50) & (lk < 50))[None, :]
+            dt = -term * w * t[None, :] * ((lt > -20) & (lt < 6))[None, :]
+            return np.column_stack([np.ones(len(y)), dk, dt])
+
+        r = optimize.least_squares(resid, x0, jac=jac, method="trf", max_nfev=4000)
         cost = float(np.sum(r.fun ** 2))
         if best is None or cost < best[0]:
             best = (cost, r.x)
@@ -125,11 +138,21 @@ def _fit_powerlaw(w: np.ndarray, y: np.ndarray) -> Fit:
     floor = 1e-12 * max(float(np.abs(y).max()), 1.0)
     x0 = np.concatenate([[c], np.log(np.maximum(k, floor)), [math.log(a)]])
 
+    x, logx = w + POWER_EPS, np.log(w + POWER_EPS)
+
     def resid(p):
-        return p[0] + (np.exp(np.clip(p[1:1 + n], -60, 50))[None, :] * (w + POWER_EPS) ** -math.exp(
+        return p[0] + (np.exp(np.clip(p[1:1 + n], -60, 50))[None, :] * x ** -math.exp(
             np.clip(p[1 + n], -10, 2))).sum(1) - y
 
-    r = optimize.least_squares(resid, x0, method="trf", max_nfev=2000)
+    def jac(p):  # analytic (zero where a parameter is clipped)
+        lk, la = p[1:1 + n], p[1 + n]
+        a = math.exp(min(max(la, -10.0), 2.0))
+        term = np.exp(np.clip(lk, -60, 50))[None, :] * x ** -a
+        dk = term * ((lk > -60) & (lk < 50))[None, :]
+        da = -(term * logx).sum(1) * a * (-10 < la < 2)
+        return np.column_stack([np.ones(len(y)), dk, da])
+
+    r = optimize.least_squares(resid, x0, jac=jac, method="trf", max_nfev=2000)
     p = r.x if float(np.sum(r.fun ** 2)) < sse else x0  # the polish never makes the fit worse
     p = p.copy()
     p[1:1 + n] = np.clip(p[1:1 + n], -60, 50)

@@ -139,7 +139,8 @@ def _reader_steps(recipe: Recipe) -> list:
         steps = []
         for p in inp.paths:
             folder, pattern = split_input_path(p)
-            steps.append(cls(remote_folder(folder, inp.timeout_s), glob_pattern=pattern, limit=inp.limit, recursive=True))
+            steps.append(cls(remote_folder(folder, inp.timeout_s), glob_pattern=pattern, limit=inp.limit, recursive=True,
+                             text_key=inp.text_key, id_key=inp.id_key))
         return steps
     from cuvee.pipeline.readers import make_reader
 

@@ -97,10 +97,15 @@ def snapshot_sample(recipe: Recipe):
 
 
 def binding_recipe(recipe: Recipe) -> dict[str, Any]:
-    """The resolved recipe as it decides output: speed-only executor settings removed."""
+    """The resolved recipe as it decides output: speed-only executor settings removed; ``run_dir`` left out (the
+    folder being bound is the run folder, however it was named: ``cuvee demo``'s ``runs/demo`` and ``cuvee run
+    recipes/demo.yaml``'s default are one folder); the input's ``text_key``/``id_key`` only when not the defaults
+    (folders bound before those keys existed still resume)."""
     d = recipe.to_dict()
+    d.pop("run_dir", None)
     d["executor"] = {k: v for k, v in d["executor"].items() if k not in _SPEED_ONLY}
-    d["input"] = {k: v for k, v in d["input"].items() if k not in ("retries", "backoff_s", "timeout_s")}
+    d["input"] = {k: v for k, v in d["input"].items() if k not in ("retries", "backoff_s", "timeout_s")
+                  and (k, v) not in (("text_key", "text"), ("id_key", "id"))}
     return d
 
 

@@ -33,6 +33,10 @@ class InputConfig(_Strict):
         None, description="a Common Crawl snapshot: {snapshot, kind, files, seed, source|base_url|paths_file}")
     format: Literal["auto", "warc", "arc", "wet", "jsonl", "parquet"] = "auto"
     limit: int = Field(-1, ge=-1, description="max records per task, -1 = all (for quick looks)")
+    text_key: str = Field("text", min_length=1, max_length=200,
+                          description="jsonl/parquet input: the field holding each document's text")
+    id_key: str = Field("id", min_length=1, max_length=200,
+                        description="jsonl/parquet input: the field holding each document's id (absent: file/row)")
     max_record_bytes: int = Field(10_000_000, gt=0, description="records larger than this are skipped and counted")
     retries: int = Field(5, ge=0, le=30, description="remote inputs: retries of a failed open or range read")
     backoff_s: float = Field(1.0, ge=0, le=600, description="remote inputs: first retry delay, doubled per retry")
@@ -53,6 +57,9 @@ class InputConfig(_Strict):
             raise ValueError("input.paths must name at least one path")
         if self.common_crawl is not None and self.format not in ("auto", self.common_crawl.kind):
             raise ValueError(f"input.format {self.format!r} contradicts common_crawl.kind {self.common_crawl.kind!r}")
+        if (self.text_key, self.id_key) != ("text", "id") and self.format not in ("jsonl", "parquet"):
+            raise ValueError("input.text_key and input.id_key apply to format: jsonl or parquet (crawl archives "
+                             "have no fields to choose)")
         return self
 
     def reader_format(self) -> str:

@@ -53,7 +53,9 @@ Report (``run_anneal`` returns it; also ``report.json`` and ``report.md`` in the
   ``removed_by_arm`` (candidate / control: how many removed documents each arm's training data holds; a
   document in both counts in both), ``scored``, ``warning`` (a sentence when the set lost more than
   ``max_eval_loss_share`` of its pool, also on stderr; else None), ``method``, ``details`` (decontam report:
-  each removed document's ``sources`` and ``arms``); ``warnings``: every such sentence;
+  each removed document's ``sources`` and ``arms``); with ``decontam_meaning``, ``overlap_by_meaning`` and
+  ``by_meaning`` (threshold, model, and per removed document its training source, document and cosine);
+  ``warnings``: every such sentence;
 * ``shares``: arm -> {``method`` ("loader: realised over the ... steps trained", or why not and the
   manifest's shares instead), ``shares`` {mix source: token share over all seeds}, ``tokens``, ``seed_range``
   {source: [lowest, highest] per-seed share}, ``per_seed``: seed -> {``method``, ``shares``, ``nominal`` (the
@@ -148,6 +150,10 @@ class AnnealConfig(_Strict):
     # share of its distinct n-grams (embedded, split into pieces, half copied); None: whole-document checks only
     containment: float | None = Field(0.3, gt=0, le=1)
     containment_ngram: int | None = Field(None, ge=2, le=4096)  # None: 13 tokens, 50 for byte-level tokenizers
+    # by meaning (cuvee.train.decontam_meaning): an eval document is also removed when a training document's
+    # embedding is within this cosine of its own (the decontaminate stage's by_meaning test); None: not checked
+    decontam_meaning: float | None = Field(None, gt=0, le=1)
+    decontam_meaning_model: str = "all-MiniLM-L6-v2"
     max_eval_loss_share: float = Field(0.1, ge=0, le=1)  # warn when an eval set loses more than this share
     bootstrap: int = Field(2000, ge=100)  # unused since the analytic paired verdict; kept so old configs load
     # lm-evaluation-harness tasks (shipped names or task YAML paths) run offline on each averaged model,
@@ -217,7 +223,7 @@ def _arm_config(ac: AnnealConfig, state: dict, arm: str, paths: list[str], seed:
 ANNEAL_FOLDER = Workdir("train", "anneal output folder")
 _NOT_BOUND = ("name", "out_dir", "threads", "eval", "eval_docs", "bootstrap", "seeds", "equivalence_margin",
               "equivalence_margin_abs", "alpha", "looks", "spending", "decontaminate", "decontam_threshold",
-              "containment", "containment_ngram", "max_eval_loss_share", "downstream", "downstream_limit",
+              "containment", "containment_ngram", "decontam_meaning", "decontam_meaning_model", "max_eval_loss_share", "downstream", "downstream_limit",
               "allow_task_code")
 
 
@@ -350,6 +356,8 @@ def _clean_eval_sets(ac: AnnealConfig, eval_sets: dict, say) -> tuple[dict[str, 
         for name in eval_sets:
             info[name]["train_sources"] = details.get("train_sources")
             info[name]["parameters"] = details.get("parameters")
+    if ac.decontam_meaning is not None:
+        _by_meaning(ac, eval_sets, keep, info, say)
     for name in eval_sets:
         info[name]["scored"] = len(keep[name])
         info[name]["warning"] = _loss_warning(name, info[name], ac.max_eval_loss_share)
@@ -362,8 +370,23 @@ def _clean_eval_sets(ac: AnnealConfig, eval_sets: dict, say) -> tuple[dict[str, 
         arms = f" (candidate {by_arm['candidate']}, control {by_arm['control']})" if by_arm else ""
         say(f"[anneal] eval {name}: {i['pool']} documents, {i['duplicates']} duplicates, "
             f"{i['overlap'] if i['overlap'] is not None else 'unchecked'} overlapping training data{arms}, "
-            f"{i['scored']} scored")
+            + (f"{i['overlap_by_meaning']} by meaning, " if "overlap_by_meaning" in i else "") + f"{i['scored']} scored")
     return keep, info
+
+
+def _by_meaning(ac: AnnealConfig, eval_sets: dict, keep: dict, info: dict, say) -> None:
+    """Eval hygiene by meaning (:mod:`cuvee.train.decontam_meaning`) against both arms' training sources."""
+    from cuvee.train.decontam_meaning import meaning_overlap
+
+    sources = list(dict.fromkeys(p for paths in (ac.candidate, ac.control) for p in _train_paths(paths)))
+    found = meaning_overlap(eval_sets, keep, sources, ac.decontam_meaning, ac.decontam_meaning_model, say=say)
+    for name, f in found.items():
+        keep[name] = np.asarray(f["kept"], dtype=np.int64)
+        info[name]["overlap_by_meaning"] = len(f["removed"])
+        info[name]["by_meaning"] = {"threshold": ac.decontam_meaning, "model": ac.decontam_meaning_model,
+                                    "train_sources": sources, "removed": f["removed"][:50]}
+        info[name]["method"] += (f"; documents within cosine {ac.decontam_meaning} of a training document "
+                                 f"({ac.decontam_meaning_model}) removed (cuvee.train.decontam_meaning)")
 
 
 def _loss_warning(name: str, info: dict, max_share: float) -> str | None:

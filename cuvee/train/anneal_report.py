@@ -120,13 +120,15 @@ def render_markdown(report: dict) -> str:
                      f"[{_fmt(lo)}, {_fmt(hi)}] | {_fmt(s['p_value'], '.2g')} | {_fmt(s['mde'], '.4f')} | "
                      f"{s['seeds_candidate_better']}/{s['n_seeds']} | {s['verdict']} |")
     lines += ["", "Why:"] + [f"- **{name}**: {s['verdict']} - {s['reason']}." for name, s in report["sources"].items()]
-    lines += ["", "| eval source | pool | exact duplicates removed | overlapping training data removed | held by arm | scored |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "| eval source | pool | exact duplicates removed | overlapping training data removed | held by arm | "
+              "same meaning as training data removed | scored |", "|---|---|---|---|---|---|---|"]
     for name, d in report["decontamination"].items():
         by_arm = d.get("removed_by_arm")
         held = f"candidate {by_arm['candidate']}, control {by_arm['control']}" if by_arm else "n/a"
+        meaning = (f"{d['overlap_by_meaning']} (cosine >= {d['by_meaning']['threshold']})"
+                   if "overlap_by_meaning" in d else "not checked")
         lines.append(f"| {name} | {d['pool']} | {d['duplicates']} | "
-                     f"{d['overlap'] if d['overlap'] is not None else 'not checked'} | {held} | {d['scored']} |")
+                     f"{d['overlap'] if d['overlap'] is not None else 'not checked'} | {held} | {meaning} | {d['scored']} |")
     lines += shares_markdown(report)  # per arm and seed: shares read over the steps trained, each seed's effect
     if report.get("downstream"):
         lines += ["", "Downstream (lm-evaluation-harness, offline; per-seed values, no verdict drawn):", "",

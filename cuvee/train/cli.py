@@ -113,9 +113,9 @@ def train(config, overrides, fresh, no_resume, demo_data, stop_after, export_hf,
     """Train a Llama-style model per CONFIG (configs/train/*.yaml); resumes from its checkpoints."""
     with _user_errors(verbose):
         from cuvee.train.config import load_train_config
-        from cuvee.train.trainer import train as run_train
 
         cfg = load_train_config(config, _parse_overrides(overrides))  # the config first: a typo costs nothing
+        from cuvee.train.trainer import train as run_train  # torch: seconds to import
         if demo_data and not _demo_data_ready(Path(demo_data)):
             _build_demo_data(Path(demo_data))
         _check_data_paths(cfg, config)
@@ -184,7 +184,6 @@ def anneal(config, checkpoint, candidate, control, tokens, evals, seeds, average
            no_resume, verbose):
     """Anneal CHECKPOINT on a candidate and a control mix (LR linearly to 0); compare held-out loss/bpb."""
     with _user_errors(verbose):
-        from cuvee.train.anneal import AnnealConfig, run_anneal
         from cuvee.train.config import (
             ConfigError,
             apply_overrides,
@@ -193,7 +192,8 @@ def anneal(config, checkpoint, candidate, control, tokens, evals, seeds, average
         )
 
         where = config or "anneal options"
-        raw = read_config_yaml(config) if config else {}
+        raw = read_config_yaml(config) if config else {}  # a bad file is one line before torch loads (seconds)
+        from cuvee.train.anneal import AnnealConfig, run_anneal
         if any("=" not in e for e in evals):
             raise ConfigError(f"--eval {next(e for e in evals if '=' not in e)!r}: expected NAME=PATH")
         try:

@@ -53,6 +53,22 @@ def document_bytes(tokens: np.ndarray, tokenizer: dict) -> int | None:
         return None
 
 
+def document_text(tokens: np.ndarray, tokenizer: dict) -> str | None:
+    """A document's text decoded from its token ids (EOS left out; invalid UTF-8 replaced), or None when the
+    tokenizer kind is unknown here: what the eval hygiene by meaning embeds."""
+    kind, eos = tokenizer.get("kind"), tokenizer.get("eos_id")
+    toks = tokens[tokens != eos] if eos is not None else tokens
+    if kind == "bytes":
+        return bytes(np.asarray(toks, dtype=np.uint8)).decode("utf-8", "replace")
+    if kind == "tiktoken":
+        enc = _tiktoken(tokenizer["name"], tokenizer.get("fingerprint"))
+        return None if enc is None else enc.decode_bytes(toks.tolist()).decode("utf-8", "replace")
+    try:
+        return _mixer_tokenizer(json.dumps(tokenizer, sort_keys=True)).decode(toks.tolist())
+    except Exception:  # noqa: BLE001 - unknown tokenizer: the caller says the check could not run
+        return None
+
+
 @lru_cache(maxsize=4)
 def _mixer_tokenizer(spec_json: str):
     from cuvee.mixer import load_tokenizer

@@ -34,8 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from scipy import stats
-
 from cuvee.kernel.atomic import write_text as atomic_write_text
 from cuvee.kernel.workdir import FolderError
 
@@ -58,6 +56,8 @@ def spent(t: float, alpha: float, spending: str) -> float:
         return alpha
     if spending == "pocock":
         return alpha * math.log(1 + (math.e - 1) * t)
+    from scipy import stats  # here, not at import: config validation imports this module and must stay quick
+
     return float(2 * stats.norm.sf(stats.norm.ppf(1 - alpha / 2) / math.sqrt(t)))
 
 
