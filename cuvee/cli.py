@@ -313,11 +313,12 @@ def stages(name, as_json):
 @main.command()
 @click.option("--run-dir", default="runs/demo", show_default=True)
 @click.option("--skip-mix", is_flag=True, help="Only the pipeline and the card.")
-def demo(run_dir, skip_mix):
-    """End-to-end demo on the bundled Common Crawl sample: pipeline -> mix -> dataset card."""
+@click.option("--fresh", is_flag=True, help="Start over in the run and mix folders (cuvee's own) instead of resuming.")
+def demo(run_dir, skip_mix, fresh):
+    """End-to-end demo on the bundled Common Crawl sample: pipeline -> mix -> dataset card (a rerun resumes)."""
     from cuvee.demo import run_demo
 
-    run_demo(run_dir, skip_mix=skip_mix)
+    run_demo(run_dir, skip_mix=skip_mix, fresh=fresh)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ def _locate(rel: str) -> Path:
     return p if p.exists() else REPO / rel
 
 
-def run_demo(run_dir: str = "runs/demo", skip_mix: bool = False) -> Path:
+def run_demo(run_dir: str = "runs/demo", skip_mix: bool = False, fresh: bool = False) -> Path:
+    """The three steps; a rerun resumes each (the pipeline and the mix find their finished work, the card is
+    written again), like every other command, and ``fresh`` starts both folders over."""
     from cuvee.card.build import write_card
     from cuvee.pipeline.runner import run_recipe
     from cuvee.pipeline.stats import summary_table
@@ -30,7 +32,7 @@ def run_demo(run_dir: str = "runs/demo", skip_mix: bool = False) -> Path:
     t0 = time.perf_counter()
     click.secho("1/3 pipeline: recipes/demo.yaml on the bundled Common Crawl sample (data/sample)", bold=True)
     stats = run_recipe(_locate("recipes/demo.yaml"), {"run_dir": run_dir, "input.paths": [str(_locate("data/sample"))]},
-                       progress=True, fresh=True)
+                       progress=True, fresh=fresh)
     click.echo(summary_table(stats))
     manifest = None
     if not skip_mix:
@@ -40,7 +42,7 @@ def run_demo(run_dir: str = "runs/demo", skip_mix: bool = False) -> Path:
         click.secho("2/3 mix: mixes/demo.yaml -> Megatron .bin/.idx shards", bold=True)
         cfg = load_yaml(_locate("mixes/demo.yaml").read_text(), "mixes/demo.yaml")
         cfg["sources"][0]["paths"] = str(Path(run_dir) / "output")  # the pipeline output just written
-        manifest_dict = run_mix(cfg, out_dir=str(Path(run_dir) / "mix"), fresh=True)
+        manifest_dict = run_mix(cfg, out_dir=str(Path(run_dir) / "mix"), fresh=fresh)
         click.echo(format_plan(manifest_dict))
         manifest = Path(run_dir) / "mix" / "manifest.json"
     click.secho("3/3 dataset card", bold=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 
@@ -52,6 +53,11 @@ def test_paraphrased_items_are_found_by_meaning_where_13_grams_miss_them(tmp_pat
     assert rep["benchmarks"]["planted"] == {
         "items_checked": 4, "too_short": 0, "unreadable": 0, "items_found": 1, "documents_touched": 1, "matches": 1,
         "items_found_by_meaning": 4, "documents_touched_by_meaning": len(paraphrases) + 1}
+    from cuvee.card import write_card  # the card reports both tests, side by side
+
+    md = Path(write_card(tmp_path / "run", max_token_docs=0, spot_checks=0).readme).read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| `planted`"))
+    assert row.split(" | ")[1:7] == ["4", "0", "1", "1", "4", str(len(paraphrases) + 1)], row
 
 
 def test_by_meaning_without_an_embed_stage_is_refused_before_any_work(tmp_path):

@@ -36,3 +36,24 @@ def test_cuvee_demo_runs_end_to_end(demo_run):
     assert nxt.startswith("next: ") and "cuvee train configs/train/demo_mix.yaml --set 'data.paths=[" in nxt, nxt
     trained_on = nxt.split("data.paths=[", 1)[1].split("]", 1)[0]
     assert (tmp_path / trained_on / "manifest.json").samefile(run / "mix" / "manifest.json"), nxt
+
+
+def test_a_second_demo_resumes_its_run_and_mix(demo_run):
+    """Like every command, a rerun resumes: the pipeline's documents are found finished and left as they are, the
+    mix is rebuilt byte for byte (cuvee mix's rule), the card written again; `--fresh` is the way to start over."""
+    import hashlib
+    import subprocess
+    import sys
+
+    tmp_path, first = demo_run
+    assert first.returncode == 0
+    run = tmp_path / "demo"
+    docs = {p: p.stat().st_mtime_ns for p in (run / "output").rglob("*.parquet")}
+    shards = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (run / "mix").glob("*.bin")}
+    assert docs and shards
+    r = subprocess.run([sys.executable, "-m", "cuvee.cli", "demo", "--run-dir", "demo"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert {p: p.stat().st_mtime_ns for p in docs} == docs
+    assert {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in shards} == shards
+    assert json.loads((run / "stats.json").read_text())["accounting"]["balanced"]

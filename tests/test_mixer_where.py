@@ -268,12 +268,13 @@ def test_example_mix_on_a_stand_in_demo_output(tmp_path):
 
 
 @pytest.mark.slow
-def test_example_mix_on_what_the_demo_recipe_writes(tmp_path):
-    """The bundled demo recipe, then the example mix on its real output (the thresholds fit what it scores)."""
+def test_example_mix_on_what_the_demo_recipe_writes(tmp_path, demo_run):
+    """The bundled demo recipe (conftest's one `cuvee demo` run), then the example mix on its real output (the
+    thresholds fit what it scores)."""
     from cuvee.pipeline.io import iter_documents
-    from cuvee.pipeline.runner import run_recipe
 
-    run_recipe(str(REPO / "recipes" / "demo.yaml"), overrides={"run_dir": str(tmp_path / "demo")}, fresh=True)
-    output = tmp_path / "demo" / "output"
+    ran_in, r = demo_run
+    assert r.returncode == 0, r.stderr[-2000:]
+    output = ran_in / "demo" / "output"
     docs = [(d.metadata["fasttext_quality_score"], d.metadata["language"]) for d in iter_documents(str(output))]
     _check_example(_example_on(output, tmp_path), docs)

@@ -106,3 +106,35 @@ def test_text_key_reads_another_field_and_is_refused_for_crawl_input(tmp_path):
     with pytest.raises(RecipeError, match="text_key and input.id_key apply to format: jsonl or parquet"):
         parse_recipe({"name": "w", "input": {"paths": ["x.warc.gz"], "format": "warc", "text_key": "t"},
                       "stages": [{"stage": "extract"}]}, "inline")
+
+
+def test_the_shipped_cluster_recipe_and_search_run_on_a_cut_of_the_pages(tmp_path):
+    """recipes/clusters.yaml as shipped on its first 300 pages (input.limit: the full run is in RESULTS), then the
+    header's `cuvee mix search mixes/search_clusters.yaml --dry-run` on what it wrote, from a working copy."""
+    import shutil
+    import subprocess
+    import sys
+
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    for name in ("recipes", "mixes"):
+        shutil.copytree(repo / name, tmp_path / name)
+    (tmp_path / "data").symlink_to(repo / "data", target_is_directory=True)
+    recipe = yaml.safe_load((tmp_path / "recipes" / "clusters.yaml").read_text())
+    recipe["input"]["limit"] = 300
+    (tmp_path / "recipes" / "clusters.yaml").write_text(yaml.safe_dump(recipe))
+
+    def cuvee(*args):
+        r = subprocess.run([sys.executable, "-m", "cuvee.cli", *args], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=900)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        return r.stdout
+
+    cuvee("run", "recipes/clusters.yaml")
+    stats = json.loads((tmp_path / "runs" / "clusters" / "stats.json").read_text())
+    (rep,) = stats["clusters"]
+    assert rep["clusters"] == 6 and rep["documents"] == stats["accounting"]["kept"] > 250
+    assert all(r["terms"] for r in rep["by_cluster"])
+    plan = json.loads(cuvee("mix", "search", "mixes/search_clusters.yaml", "--dry-run", "--no-estimate", "--json"))
+    assert plan["sources"] == [f"c{i}" for i in range(6)] and all(t > 0 for t in plan["available_tokens"])

@@ -332,13 +332,19 @@ class CardWriter:
         rows = [[code(st.name), n(st.docs_in), n(st.dropped_total)] for st in ran]
         lines = ["## Contamination\n", table(["stage", "docs in", "docs removed"], rows)]
         for rep in self.stats.get("contamination") or []:  # per benchmark, from the decontaminate stage's report
+            meaning = rep.get("by_meaning") or None
+            extra = (lambda b: [n(b.get("items_found_by_meaning")), n(b.get("documents_touched_by_meaning"))]) \
+                if meaning else (lambda b: [])
             bench = [[code(name), n(b.get("items_checked")), n(b.get("too_short")), n(b.get("items_found")),
-                      n(b.get("documents_touched")), code(rep.get("action"))]
+                      n(b.get("documents_touched")), *extra(b), code(rep.get("action"))]
                      for name, b in sorted((rep.get("benchmarks") or {}).items())]
             lines.append(f"\nStage {code(rep.get('stage'))}: word {n(rep.get('n_grams'))}-grams, an item is found when "
                          f"{n(rep.get('min_ngrams', 1))} or more of its n-grams occur in a document; items of fewer "
-                         f"than {n(rep.get('n_grams'))} words are too short to test (counted, never matched).\n")
+                         f"than {n(rep.get('n_grams'))} words are too short to test (counted, never matched)."
+                         + (f" By meaning: a document whose embedding is within cosine {n(meaning.get('threshold'))} "
+                            "of an item's is counted too, apart from the n-grams." if meaning else "") + "\n")
             lines.append(table(["benchmark", "items checked", "too short", "items found", "documents touched",
+                                *(["items found by meaning", "documents touched by meaning"] if meaning else []),
                                 "action"], bench))
         return "\n".join(lines) + "\n"
 
