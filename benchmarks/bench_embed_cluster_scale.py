@@ -113,9 +113,9 @@ def drain(step, docs, rank: int, world: int) -> list:
     return list(step.run(iter(docs), rank=rank, world_size=world))
 
 
-def cluster_once(store: Path, docs_by_rank: list, work: Path, k: int) -> dict[str, float]:
+def record_and_fit(store: Path, docs_by_rank: list, work: Path, p) -> dict[str, float]:
+    """The two steps both stages share (SemanticRecorder in every task, SemanticKMeans in one), CPU seconds each."""
     tasks = len(docs_by_rank)
-    p = ClusterParams(clusters=k)
     t = {}
     c = cpu()
     for r, docs in enumerate(docs_by_rank):
@@ -124,6 +124,13 @@ def cluster_once(store: Path, docs_by_rank: list, work: Path, k: int) -> dict[st
     c = cpu()
     list(SemanticKMeans(work, store, tasks, p).run() or ())
     t["k-means fit"] = cpu() - c
+    return t
+
+
+def cluster_once(store: Path, docs_by_rank: list, work: Path, k: int) -> dict[str, float]:
+    tasks = len(docs_by_rank)
+    p = ClusterParams(clusters=k)
+    t = record_and_fit(store, docs_by_rank, work, p)
     c = cpu()
     labels = [m.metadata["cluster"] for r, docs in enumerate(docs_by_rank)
               for m in drain(ClusterAssign(work, store, p), docs, r, tasks)]
@@ -137,18 +144,10 @@ def cluster_once(store: Path, docs_by_rank: list, work: Path, k: int) -> dict[st
 
 def semantic_once(store: Path, docs_by_rank: list, work: Path) -> dict[str, float]:
     tasks = len(docs_by_rank)
-    p = SemanticDedupParams()
-    t = {}
-    c = cpu()
-    for r, docs in enumerate(docs_by_rank):
-        drain(SemanticRecorder(work), docs, r, tasks)
-    t["record"] = cpu() - c
-    c = cpu()
-    list(SemanticKMeans(work, store, tasks, p).run() or ())
-    t["k-means fit"] = cpu() - c
+    t = record_and_fit(store, docs_by_rank, work, SemanticDedupParams())
     c = cpu()
     for r in range(tasks):
-        list(SemanticPairs(work, store, tasks, p).run(rank=r, world_size=tasks) or ())
+        list(SemanticPairs(work, store, tasks, SemanticDedupParams()).run(rank=r, world_size=tasks) or ())
     t["pairs"] = cpu() - c
     c = cpu()
     kept = sum(len(drain(DropListed(work, "drops/t*.{rank}.u64", "semantic_duplicate"), docs, r, tasks))

@@ -30,7 +30,7 @@ from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.filters.base_filter import BaseFilter
 from pydantic import ConfigDict, Field, model_validator
 
-from cuvee.dedup.embed_store import EmbedStore, RowWalker, gather, id_hash, store_dir
+from cuvee.dedup.embed_store import EmbedStore, RowWalker, gather, id_hash, store_dir, writer_of
 from cuvee.dedup.files import AtomicWriter, load_array, rank_file, save_array
 from cuvee.dedup.ngram_match import (
     DEFAULT_N,
@@ -349,12 +349,8 @@ def build_decontaminate(p: DecontaminateParams, ctx: BuildContext):
     folder, encoder, meaning = ctx.stage_dir(), None, None
     if p.by_meaning:
         store = p.by_meaning.store
-        embeds = [q for name, q in ctx.earlier if name == "embed" and getattr(q, "store", None) == store]
-        if not embeds:
-            raise RecipeError(f"stage {ctx.stage_name!r}: by_meaning reads the vectors of an embed stage (store "
-                              f"{store!r}); add '- stage: embed' before it")
-        encoder, meaning = (embeds[-1].model, embeds[-1].max_tokens), (store_dir(ctx.work_dir, store),
-                                                                       p.by_meaning.threshold)
+        embed = writer_of(ctx, store, "by_meaning")
+        encoder, meaning = (embed.model, embed.max_tokens), (store_dir(ctx.work_dir, store), p.by_meaning.threshold)
     return Barrier(
         before=[],
         phases=[Phase("eval_index", [BuildEvalIndex(folder, sources, p.n_grams, encoder)], tasks=1)],

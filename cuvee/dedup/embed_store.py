@@ -29,6 +29,7 @@ from cuvee.dedup.clusters import StringTableWriter
 from cuvee.dedup.files import AtomicWriter, load_array, rank_file
 from cuvee.kernel import atomic
 from cuvee.kernel.errors import UserError
+from cuvee.pipeline.recipe import RecipeError
 
 DTYPE = np.float16
 FORMAT = 1
@@ -40,6 +41,17 @@ class StoreError(UserError, RuntimeError):
 
 def store_dir(work_dir: str | Path, store: str) -> Path:
     return Path(work_dir) / "embeddings" / store
+
+
+def writer_of(ctx, store: str, what: str):
+    """The parameters of the ``embed`` stage earlier in the recipe that writes ``store`` (the last one), for a
+    consumer at build time (``ctx``: its BuildContext; ``what``: the consumer, as the message names it); a recipe
+    without one is refused before any work."""
+    found = [q for name, q in ctx.earlier if name == "embed" and getattr(q, "store", None) == store]
+    if not found:
+        raise RecipeError(f"stage {ctx.stage_name!r}: {what} reads the vectors of an embed stage (store {store!r}); "
+                          "add '- stage: embed' before it" + (f" with store: {store}" if store != "default" else ""))
+    return found[-1]
 
 
 def id_hash(doc_id) -> int:

@@ -31,11 +31,10 @@ from pydantic import Field
 
 from cuvee.dedup import kmeans, semdedup
 from cuvee.dedup.clusters import CLUSTER_RECORD, save_cluster_records
-from cuvee.dedup.embed_store import EmbedStore, gather, id_hashes, match_rows, store_dir
+from cuvee.dedup.embed_store import EmbedStore, gather, id_hashes, match_rows, store_dir, writer_of
 from cuvee.dedup.files import AtomicWriter, load_array, rank_file, save_array
 from cuvee.dedup.steps import DropListed, RecordingStep
 from cuvee.kernel import atomic
-from cuvee.pipeline.recipe import RecipeError
 from cuvee.pipeline.registry import Barrier, BuildContext, Phase, StageParams, register_stage
 
 log = logging.getLogger(__name__)
@@ -218,10 +217,7 @@ class SemanticPairs(PipelineStep):
 @register_stage("semantic_dedup", SemanticDedupParams)
 def build_semantic_dedup(p: SemanticDedupParams, ctx: BuildContext):
     """SemDeDup semantic near-duplicate removal: k-means (faiss) on the embed stage's vectors, cosine within clusters."""
-    if not any(name == "embed" and getattr(q, "store", None) == p.store for name, q in ctx.earlier):
-        raise RecipeError(f"stage {ctx.stage_name!r}: semantic_dedup reads the vectors of an embed stage (store "
-                          f"{p.store!r}); add '- stage: embed' before it" +
-                          (f" with store: {p.store}" if p.store != "default" else ""))
+    writer_of(ctx, p.store, "semantic_dedup")
     folder, store = ctx.stage_dir(), store_dir(ctx.work_dir, p.store)
     return Barrier(
         before=[SemanticRecorder(folder)],

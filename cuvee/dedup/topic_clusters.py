@@ -27,11 +27,10 @@ from datatrove.pipeline.base import PipelineStep
 from pydantic import Field
 
 from cuvee.dedup import kmeans
-from cuvee.dedup.embed_store import EmbedStore, RowWalker, gather, id_hashes, store_dir
+from cuvee.dedup.embed_store import EmbedStore, RowWalker, gather, id_hashes, store_dir, writer_of
 from cuvee.dedup.files import load_array, rank_file
 from cuvee.dedup.semantic_dedup import SemanticKMeans, SemanticRecorder
 from cuvee.kernel import atomic
-from cuvee.pipeline.recipe import RecipeError
 from cuvee.pipeline.registry import Barrier, BuildContext, Phase, StageParams, register_stage
 
 WORD = re.compile(r"[^\W\d_]{3,}")
@@ -166,10 +165,7 @@ def cluster_report(p: ClusterParams, stage_dir: Path, counters: dict) -> dict:
 @register_stage("cluster", ClusterParams, report=("clusters", cluster_report))
 def build_cluster(p: ClusterParams, ctx: BuildContext):
     """k-means clusters of the embed stage's vectors as metadata (cluster, cluster_cosine), described in the card."""
-    if not any(name == "embed" and getattr(q, "store", None) == p.store for name, q in ctx.earlier):
-        raise RecipeError(f"stage {ctx.stage_name!r}: cluster reads the vectors of an embed stage (store "
-                          f"{p.store!r}); add '- stage: embed' before it" +
-                          (f" with store: {p.store}" if p.store != "default" else ""))
+    writer_of(ctx, p.store, "cluster")
     folder, store = ctx.stage_dir(), store_dir(ctx.work_dir, p.store)
     kmeans_step = SemanticKMeans(folder, store, ctx.tasks, p)
     kmeans_step.name = "🧭 cluster k-means"

@@ -327,12 +327,13 @@ def _clean_eval_sets(ac: AnnealConfig, eval_sets: dict, say) -> tuple[dict[str, 
                       "method": "exact duplicates within the set removed; no training-overlap check "
                                 "(cuvee.train.decontam not available or decontaminate: false)", "details": None}
     decontaminate = _decontam() if ac.decontaminate else None
-    if decontaminate is not None:
-        arms_of: dict[str, list[str]] = {}  # training source -> the arms holding it (a shared part: both)
+    arms_of: dict[str, list[str]] = {}  # training source -> the arms holding it (a shared part: both)
+    if decontaminate is not None or ac.decontam_meaning is not None:
         for arm, paths in (("candidate", ac.candidate), ("control", ac.control)):
             for path in _train_paths(paths):
                 arms_of.setdefault(path, []).append(arm)
-        train_sources = list(arms_of)
+    train_sources = list(arms_of)
+    if decontaminate is not None:
         clean, details = decontaminate(eval_sets, train_sources, max_docs=ac.eval_docs, threshold=ac.decontam_threshold,
                                        containment=ac.containment, containment_ngram=ac.containment_ngram)
         for src, path in zip(details["train_sources"], train_sources):
@@ -357,7 +358,7 @@ def _clean_eval_sets(ac: AnnealConfig, eval_sets: dict, say) -> tuple[dict[str, 
             info[name]["train_sources"] = details.get("train_sources")
             info[name]["parameters"] = details.get("parameters")
     if ac.decontam_meaning is not None:
-        _by_meaning(ac, eval_sets, keep, info, say)
+        _by_meaning(ac, eval_sets, keep, info, train_sources, say)
     for name in eval_sets:
         info[name]["scored"] = len(keep[name])
         info[name]["warning"] = _loss_warning(name, info[name], ac.max_eval_loss_share)
@@ -374,11 +375,10 @@ def _clean_eval_sets(ac: AnnealConfig, eval_sets: dict, say) -> tuple[dict[str, 
     return keep, info
 
 
-def _by_meaning(ac: AnnealConfig, eval_sets: dict, keep: dict, info: dict, say) -> None:
+def _by_meaning(ac: AnnealConfig, eval_sets: dict, keep: dict, info: dict, sources: list[str], say) -> None:
     """Eval hygiene by meaning (:mod:`cuvee.train.decontam_meaning`) against both arms' training sources."""
     from cuvee.train.decontam_meaning import meaning_overlap
 
-    sources = list(dict.fromkeys(p for paths in (ac.candidate, ac.control) for p in _train_paths(paths)))
     found = meaning_overlap(eval_sets, keep, sources, ac.decontam_meaning, ac.decontam_meaning_model, say=say)
     for name, f in found.items():
         keep[name] = np.asarray(f["kept"], dtype=np.int64)

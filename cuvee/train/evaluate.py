@@ -38,35 +38,34 @@ def _tiktoken(name: str, fingerprint: str | None = None):
     return tok.enc if fingerprint is not None and tok.fingerprint == fingerprint else None
 
 
-def document_bytes(tokens: np.ndarray, tokenizer: dict) -> int | None:
-    """UTF-8 byte count of a document's text, or None when the tokenizer kind is unknown here."""
+def _utf8(tokens: np.ndarray, tokenizer: dict) -> bytes | None:
+    """A document's UTF-8 bytes decoded from its token ids (EOS left out), or None when the tokenizer kind is unknown
+    here (or its decoding fails)."""
     kind, eos = tokenizer.get("kind"), tokenizer.get("eos_id")
     toks = tokens[tokens != eos] if eos is not None else tokens
     if kind == "bytes":
-        return int(toks.size)
+        return bytes(np.asarray(toks, dtype=np.uint8))
     if kind == "tiktoken":
         enc = _tiktoken(tokenizer["name"], tokenizer.get("fingerprint"))
-        return None if enc is None else len(enc.decode_bytes(toks.tolist()))
-    try:  # other mixer tokenizers (e.g. Hugging Face tokenizer.json): decode, then count UTF-8 bytes
-        return len(_mixer_tokenizer(json.dumps(tokenizer, sort_keys=True)).decode(toks.tolist()).encode("utf-8"))
-    except Exception:  # noqa: BLE001 - unknown tokenizer: bpb is reported as None, loss still is
+        return None if enc is None else enc.decode_bytes(toks.tolist())
+    try:  # other mixer tokenizers (e.g. Hugging Face tokenizer.json): decode, then encode as UTF-8
+        return _mixer_tokenizer(json.dumps(tokenizer, sort_keys=True)).decode(toks.tolist()).encode("utf-8")
+    except Exception:  # noqa: BLE001 - unknown tokenizer: the caller reports the figure as None
         return None
+
+
+def document_bytes(tokens: np.ndarray, tokenizer: dict) -> int | None:
+    """UTF-8 byte count of a document's text, or None when the tokenizer kind is unknown here (bpb is then None,
+    loss still is reported)."""
+    raw = _utf8(tokens, tokenizer)
+    return None if raw is None else len(raw)
 
 
 def document_text(tokens: np.ndarray, tokenizer: dict) -> str | None:
-    """A document's text decoded from its token ids (EOS left out; invalid UTF-8 replaced), or None when the
-    tokenizer kind is unknown here: what the eval hygiene by meaning embeds."""
-    kind, eos = tokenizer.get("kind"), tokenizer.get("eos_id")
-    toks = tokens[tokens != eos] if eos is not None else tokens
-    if kind == "bytes":
-        return bytes(np.asarray(toks, dtype=np.uint8)).decode("utf-8", "replace")
-    if kind == "tiktoken":
-        enc = _tiktoken(tokenizer["name"], tokenizer.get("fingerprint"))
-        return None if enc is None else enc.decode_bytes(toks.tolist()).decode("utf-8", "replace")
-    try:
-        return _mixer_tokenizer(json.dumps(tokenizer, sort_keys=True)).decode(toks.tolist())
-    except Exception:  # noqa: BLE001 - unknown tokenizer: the caller says the check could not run
-        return None
+    """A document's text decoded from its token ids (invalid UTF-8 replaced), or None when the tokenizer kind is
+    unknown here: what the eval hygiene by meaning embeds."""
+    raw = _utf8(tokens, tokenizer)
+    return None if raw is None else raw.decode("utf-8", "replace")
 
 
 @lru_cache(maxsize=4)
