@@ -7,8 +7,9 @@
    per document) are never written, so nothing is re-read once per band.
 2. Buckets (phase, one task per group of bands): per band, (band key, document) records are grouped by
    key with the partitioned spill (memory within ``memory_budget_mb``); every group of equal keys gives
-   candidate edges. A key found in a reused index (``reuse_index``) links the document to the cluster of the
-   earlier run that holds the key. The band's sorted keys are written as this run's index
+   candidate edges; with ``verify``, each edge must also pass a Jaccard / containment estimate from bottom-k
+   shingle sketches written beside the band keys (:mod:`cuvee.dedup.sketch_verify`). A key found in a reused
+   index (``reuse_index``) links the document to the cluster of the earlier run that holds the key (unchecked). The band's sorted keys are written as this run's index
    (:mod:`cuvee.dedup.minhash_index`).
 3. Clusters (phase, one task): union-find over the edges, streamed from the bucket files in chunks of
    ``memory_budget_mb``; the union-find state is dense over the run's documents (~13 bytes each, see
@@ -43,6 +44,7 @@ from cuvee.dedup.minhash_index import (
     check_index,
     index_description,
 )
+from cuvee.dedup.sketch_verify import SketchStore, SketchWriter, VerifyParams, estimate, passes
 from cuvee.dedup.spill import chunk_records, key_partitions
 from cuvee.dedup.steps import DropListed, RecordingStep
 from cuvee.dedup.unionfind import DenseUnionFind
@@ -70,6 +72,9 @@ class MinhashDedupParams(StageParams):
     reuse_index: list[str] = Field(default_factory=list, description="index folders of earlier runs to dedup against")
     write_index: bool = Field(True, description="write this run's band keys as an index for later runs")
     index_dir: str | None = Field(None, description="where to write the index; default <stage work dir>/index")
+    verify: VerifyParams | None = Field(
+        None, description="second-stage check of every LSH edge (Jaccard / containment from bottom-k sketches): "
+                          "lets a low-threshold band layout find partial copies without keeping false candidates")
 
     def config(self) -> MinHashConfig:
         return MinHashConfig(self.n_grams, self.num_bands, self.rows_per_band, self.seed, self.backend)
@@ -88,15 +93,17 @@ class MinhashSignatures(RecordingStep):
     batch_size = 512  # one compiled call per batch
     records_id_text = True  # the clusters phase names each cluster's keeper
 
-    def __init__(self, folder, config: MinHashConfig):
+    def __init__(self, folder, config: MinHashConfig, verify: VerifyParams | None = None):
         super().__init__(folder)
         self.config = config
+        self.verify = verify
         self._hasher: MinHasher | None = None
 
     def open(self, rank: int) -> None:
         self._hasher = self._hasher or MinHasher(self.config)
         self.bands = [AtomicWriter(band_file(self.folder, b, rank)) for b in range(self.config.num_bands)]
         self.meta = AtomicWriter(rank_file(self.folder / "sigs", rank, "meta"))
+        self.sketches = SketchWriter(self.folder, rank, self.verify.sketch_size) if self.verify else None
 
     def record(self, batch: list) -> None:
         sig, has = self._hasher.signatures([d.text for d in batch])
@@ -107,10 +114,14 @@ class MinhashSignatures(RecordingStep):
         for b, w in enumerate(self.bands):
             w.write(self._hasher.band_keys(sig, b))
         self.meta.write(meta)
+        if self.sketches:
+            self.sketches.write([self._hasher.shingles(d.text) for d in batch])
 
     def close(self, ok: bool) -> None:
         for w in (*self.bands, self.meta):
             w.close() if ok else w.abort()
+        if self.sketches:
+            self.sketches.close(ok)
 
 
 class MinhashBuckets(PipelineStep):
@@ -120,10 +131,11 @@ class MinhashBuckets(PipelineStep):
     name = "🎯 minhash buckets"
 
     def __init__(self, folder, config: MinHashConfig, source_tasks: int, memory_budget_mb: int,
-                 reuse_index: list[str], index_dir: str | None):
+                 reuse_index: list[str], index_dir: str | None, verify: VerifyParams | None = None):
         super().__init__()
         self.folder = Path(folder)
         self.config = config
+        self.verify = verify
         self.source_tasks = source_tasks
         self.budget = memory_budget_mb * 2**20
         self.reuse_index = [Path(p) for p in reuse_index]
@@ -159,6 +171,7 @@ class MinhashBuckets(PipelineStep):
             desc = json.dumps(index_description(self.config), indent=1)
             with AtomicWriter(self.index_dir / "index.json") as w:
                 w.write(np.frombuffer(desc.encode(), dtype=np.uint8))
+        sketches = SketchStore(self.folder, self.source_tasks, self.verify.sketch_size) if self.verify else None
         with self.track_time():
             for band in range(rank, self.config.num_bands, world_size):
                 earlier = [EarlierIndex(p, i).band_with_refs(band) for i, p in enumerate(self.reuse_index)]
@@ -176,8 +189,11 @@ class MinhashBuckets(PipelineStep):
                         first[1:] = part["key"][1:] != part["key"][:-1]
                         anchor = part["gid"][first][np.cumsum(first) - 1]
                         pairs = np.stack([anchor[~first], part["gid"][~first]], axis=1)
-                        edges.write(pairs)
                         self.stat_update("candidate_pairs", value=len(pairs))
+                        if sketches is not None and len(pairs):
+                            pairs = pairs[self._verified(pairs, sketches)]
+                            self.stat_update("verified_pairs", value=len(pairs))
+                        edges.write(pairs)
                         for old, refs in earlier:  # a key of a reused index: an edge to that run's cluster
                             if not len(old) or not len(part):
                                 continue
@@ -199,6 +215,15 @@ class MinhashBuckets(PipelineStep):
                 self.stat_update("bands")
         return
         yield
+
+    def _verified(self, pairs: np.ndarray, sketches: SketchStore) -> np.ndarray:
+        """Which (anchor, member) edges the sketches confirm. An edge is only checked against its bucket's
+        anchor: a member that fails there can still join its cluster through another band."""
+        rank_a, pos_a = pairs[:, 0] >> np.uint64(POS_BITS), (pairs[:, 0] & POS_MASK).astype(np.int64)
+        rank_b, pos_b = pairs[:, 1] >> np.uint64(POS_BITS), (pairs[:, 1] & POS_MASK).astype(np.int64)
+        sa, na = sketches.rows(rank_a, pos_a)
+        sb, nb_ = sketches.rows(rank_b, pos_b)
+        return passes(self.verify, *estimate(sa, na, sb, nb_))
 
 
 class MinhashClusters(PipelineStep):
@@ -399,9 +424,10 @@ def build_minhash_dedup(p: MinhashDedupParams, ctx: BuildContext):
     folder = ctx.stage_dir()
     index_dir = (p.index_dir or str(folder / "index")) if p.write_index else None
     return Barrier(
-        before=[MinhashSignatures(folder, cfg)],
+        before=[MinhashSignatures(folder, cfg, p.verify)],
         phases=[
-            Phase("minhash_buckets", [MinhashBuckets(folder, cfg, ctx.tasks, p.memory_budget_mb, reuse, index_dir)],
+            Phase("minhash_buckets", [MinhashBuckets(folder, cfg, ctx.tasks, p.memory_budget_mb, reuse, index_dir,
+                                                     p.verify)],
                   tasks=min(ctx.tasks, p.num_bands)),
             Phase("minhash_clusters", [MinhashClusters(folder, cfg, ctx.tasks, p.memory_budget_mb, reuse, index_dir)],
                   tasks=1),
