@@ -122,3 +122,27 @@ def test_the_limit_holds_outside_the_main_thread_too():
     t.start()
     t.join(60)
     assert not t.is_alive() and got["out"] == ["ok"] and got["stats"]["dropped_extraction_timeout"] == 1
+
+
+FORUM = (  # a thread of comments: trafilatura's precision mode keeps the question and drops the posts
+    "<html><body><main><h1>Question about the valley</h1><p>Short question?</p>"
+    + "".join(f"<div class='comment'><span class='user'>user{i}</span><p>{p}</p></div>" for i, p in enumerate(PARAS * 3))
+    + "</main></body></html>"
+)
+
+
+def test_routed_takes_resiliparse_text_only_where_trafilatura_is_much_shorter():
+    from resiliparse.extract.html2text import extract_plain_text
+
+    step = make_extractor(ExtractParams(extractor="routed"))
+    pages = {"article": ARTICLE, "forum": FORUM}
+    out = {d.id: d.text for d in step.run([Document(text=h, id=k, metadata={}) for k, h in pages.items()])}
+    plain = TrafilaturaExtract(fast=True)  # routed runs trafilatura without its fallbacks unless told otherwise
+    for key, html in pages.items():  # the rule, recomputed from each extractor on its own
+        traf = plain._extract(html, None) or ""
+        resi = extract_plain_text(html, main_content=True) or ""
+        assert out[key] == (resi if len(traf.strip()) < 0.65 * len(resi.strip()) else traf), key
+    assert words(" ".join(PARAS)) <= words(out["forum"]) and "user4" in out["forum"]
+    assert stats_of(step).get("routed_to_resiliparse") == 1  # the forum, not the article
+    with pytest.raises(ValueError, match="route_ratio: a setting of extractor: routed"):
+        ExtractParams(route_ratio=0.5)

@@ -85,8 +85,11 @@ TRAFILATURA_ONLY = ("favor_precision", "include_comments", "deduplicate", "inclu
 
 
 class ExtractParams(StageParams):
-    extractor: Literal["trafilatura", "resiliparse"] = Field(
-        "trafilatura", description="trafilatura (FineWeb) or resiliparse's main-content plain text (DCLM): faster, lower F1")
+    extractor: Literal["trafilatura", "resiliparse", "routed"] = Field(
+        "trafilatura", description="trafilatura (FineWeb) or resiliparse's main-content plain text (DCLM): faster, lower F1; "
+                                   "routed: both, resiliparse's text where trafilatura's is much shorter (see RoutedExtract)")
+    route_ratio: float = Field(
+        0.65, gt=0, le=1, description="routed: resiliparse's text when trafilatura's is under this share of its length")
     timeout_s: float = Field(1.0, gt=0, description="per-document extraction time limit (FineWeb: 1 s)")
     max_input_chars: int = Field(2_000_000, gt=0, description="HTML longer than this is dropped unparsed")
     favor_precision: bool = True
@@ -113,9 +116,11 @@ class ExtractParams(StageParams):
     @model_validator(mode="after")
     def _trafilatura_settings_need_trafilatura(self):
         set_here = [k for k in TRAFILATURA_ONLY if k in self.model_fields_set]
-        if self.extractor != "trafilatura" and set_here:
+        if self.extractor == "resiliparse" and set_here:
             raise ValueError(f"{', '.join(set_here)}: trafilatura settings, but extractor is {self.extractor}; "
                              "remove them or use extractor: trafilatura")
+        if self.extractor != "routed" and "route_ratio" in self.model_fields_set:
+            raise ValueError(f"route_ratio: a setting of extractor: routed, but extractor is {self.extractor}")
         return self
 
 
@@ -272,7 +277,53 @@ class ResiliparseExtract(TrafilaturaExtract):
             worker.close()
 
 
+class RoutedExtract(TrafilaturaExtract):
+    """Both extractors on every page; resiliparse's text where trafilatura's is under ``route_ratio`` of its length.
+
+    Why: trafilatura (precision mode) is precise but misses much of the main text of forums, services, listings
+    and products; resiliparse keeps nearly all of it with more boilerplate. A much shorter trafilatura text is
+    the sign of such a miss. trafilatura runs with ``fast`` (no readability/jusText fallback) unless ``fast`` is
+    set: the fallbacks exist for recall, which resiliparse now supplies, and without them the pair costs about
+    what trafilatura with fallbacks costs alone. ``route_ratio`` 0.65 was chosen on the first 500 WCXB dev pages
+    (a grid of 0.2-0.8), then measured on ScrapingHub, WCXB test and the other 997 dev pages
+    (``benchmarks/bench_extraction_routed.py``). A resiliparse failure or timeout keeps trafilatura's text."""
+
+    name = "⛏ routed extract"
+    engine = "trafilatura+resiliparse"
+
+    def __init__(self, params: ExtractParams):
+        fast = params.fast if "fast" in params.model_fields_set else True
+        super().__init__(params.model_copy(update={"fast": fast}))
+        self.route_ratio = params.route_ratio
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        self._worker = ResiliparseWorker(self.timeout_s, self.timer)
+        try:
+            yield from super().run(data, rank, world_size)
+        finally:
+            self._worker.close()
+
+    def _run(self, data: DocumentsPipeline, call) -> DocumentsPipeline:
+        def routed(html: str, url: str | None) -> str | None:
+            return self.route(call(html, url) or "", html)
+
+        yield from super()._run(data, routed)
+
+    def route(self, traf: str, html: str) -> str:
+        try:
+            resi = self._worker.extract(html) or ""
+        except Exception:  # noqa: BLE001 - PageTimeout or a worker error: trafilatura's text stands
+            self.stat_update("resiliparse_failed")
+            return traf
+        if len(traf.strip()) < self.route_ratio * len(resi.strip()):
+            self.stat_update("routed_to_resiliparse")
+            return resi
+        return traf
+
+
 def make_extractor(p: ExtractParams) -> TrafilaturaExtract:
+    if p.extractor == "routed":
+        return RoutedExtract(p)
     return ResiliparseExtract(p) if p.extractor == "resiliparse" else TrafilaturaExtract(p)
 
 
