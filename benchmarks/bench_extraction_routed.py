@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_extraction import WORD, by_id, isolated, run_cuvee, shingles, wrap  # noqa: E402
+from bench_extraction import WORD, by_id, isolated, run_cuvee, shingles, wrap
 
 SYSTEMS = {"trafilatura 2.3.1 (cuvee default)": {}, "resiliparse": {"extractor": "resiliparse"},
            "routed (trafilatura fast + resiliparse)": {"extractor": "routed"}}

@@ -144,5 +144,3 @@ def test_routed_takes_resiliparse_text_only_where_trafilatura_is_much_shorter():
         assert out[key] == (resi if len(traf.strip()) < 0.65 * len(resi.strip()) else traf), key
     assert words(" ".join(PARAS)) <= words(out["forum"]) and "user4" in out["forum"]
     assert stats_of(step).get("routed_to_resiliparse") == 1  # the forum, not the article
-    with pytest.raises(ValueError, match="route_ratio: a setting of extractor: routed"):
-        ExtractParams(route_ratio=0.5)

@@ -4,7 +4,8 @@
 DCLM's extractor (Li et al. 2024): 5-6x less CPU, higher recall, lower precision. From raw WARC bytes
 (``benchmarks/bench_extraction.py --wcxb --resiliparse``): ScrapingHub F1 0.898 (P 0.830, R 0.979) against
 trafilatura's 0.964 (P 0.958, R 0.971); WCXB test F1 0.793 (P 0.791, R 0.867) against 0.796 (P 0.903,
-R 0.775). The trafilatura-only settings below are refused when it is chosen. The guards are the
+R 0.775). The trafilatura-only settings below are refused when it is chosen. ``extractor: routed`` runs both
+(:class:`RoutedExtract`): WCXB test F1 0.854 at trafilatura's CPU (``benchmarks/bench_extraction_routed.py``). The guards are the
 same, but resiliparse runs in C, where no Python timer can interrupt it (20,000 nested ``<div>`` ran
 15-45 s), so it extracts in a child process that the kernel ends at ``timeout_s``
 (:mod:`~cuvee.pipeline.stages.resiliparse_worker`); the page is then a ``dropped_extraction_timeout``.
@@ -89,7 +90,7 @@ class ExtractParams(StageParams):
         "trafilatura", description="trafilatura (FineWeb) or resiliparse's main-content plain text (DCLM): faster, lower F1; "
                                    "routed: both, resiliparse's text where trafilatura's is much shorter (see RoutedExtract)")
     route_ratio: float = Field(
-        0.65, gt=0, le=1, description="routed: resiliparse's text when trafilatura's is under this share of its length")
+        0.65, gt=0, le=1, description="routed: resiliparse's text when trafilatura's is under this share of its length (other extractors: unused)")
     timeout_s: float = Field(1.0, gt=0, description="per-document extraction time limit (FineWeb: 1 s)")
     max_input_chars: int = Field(2_000_000, gt=0, description="HTML longer than this is dropped unparsed")
     favor_precision: bool = True
@@ -119,8 +120,6 @@ class ExtractParams(StageParams):
         if self.extractor == "resiliparse" and set_here:
             raise ValueError(f"{', '.join(set_here)}: trafilatura settings, but extractor is {self.extractor}; "
                              "remove them or use extractor: trafilatura")
-        if self.extractor != "routed" and "route_ratio" in self.model_fields_set:
-            raise ValueError(f"route_ratio: a setting of extractor: routed, but extractor is {self.extractor}")
         return self
 
 
