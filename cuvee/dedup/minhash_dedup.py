@@ -9,7 +9,8 @@
    key with the partitioned spill (memory within ``memory_budget_mb``); every group of equal keys gives
    candidate edges; with ``verify``, each edge must also pass a Jaccard / containment estimate from bottom-k
    shingle sketches written beside the band keys (:mod:`cuvee.dedup.sketch_verify`). A key found in a reused
-   index (``reuse_index``) links the document to the cluster of the earlier run that holds the key (unchecked). The band's sorted keys are written as this run's index
+   index (``reuse_index``) links the document to the cluster of the earlier run that holds the key (unchecked:
+   an earlier run has no sketches). The band's sorted keys are written as this run's index
    (:mod:`cuvee.dedup.minhash_index`).
 3. Clusters (phase, one task): union-find over the edges, streamed from the bucket files in chunks of
    ``memory_budget_mb``; the union-find state is dense over the run's documents (~13 bytes each, see

@@ -5,8 +5,8 @@ DCLM's extractor (Li et al. 2024): 5-6x less CPU, higher recall, lower precision
 (``benchmarks/bench_extraction.py --wcxb --resiliparse``): ScrapingHub F1 0.898 (P 0.830, R 0.979) against
 trafilatura's 0.964 (P 0.958, R 0.971); WCXB test F1 0.793 (P 0.791, R 0.867) against 0.796 (P 0.903,
 R 0.775). The trafilatura-only settings below are refused when it is chosen. ``extractor: routed`` runs both
-(:class:`RoutedExtract`): WCXB test F1 0.854 at trafilatura's CPU (``benchmarks/bench_extraction_routed.py``). The guards are the
-same, but resiliparse runs in C, where no Python timer can interrupt it (20,000 nested ``<div>`` ran
+(:class:`RoutedExtract`): WCXB test F1 0.854 at trafilatura's CPU (``benchmarks/bench_extraction_routed.py``).
+The guards are the same, but resiliparse runs in C, where no Python timer can interrupt it (20,000 nested ``<div>`` ran
 15-45 s), so it extracts in a child process that the kernel ends at ``timeout_s``
 (:mod:`~cuvee.pipeline.stages.resiliparse_worker`); the page is then a ``dropped_extraction_timeout``.
 
